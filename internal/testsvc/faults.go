@@ -1,0 +1,88 @@
+package testsvc
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Capacity limits what a tier accepts; calls beyond it are shed with
+// UNAVAILABLE. A zero field means no limit of that kind.
+type Capacity struct {
+	// PerSecond is the number of calls accepted in each wall-clock second.
+	PerSecond int64
+	// Concurrent is the number of calls accepted at once.
+	Concurrent int64
+}
+
+// faults is the run-time fault state of one tier. Every field may change
+// while calls are in flight.
+type faults struct {
+	down    atomic.Int32 // 0: up; otherwise the code + 1 that every call gets
+	flakyP  atomic.Uint64
+	latency atomic.Int64 // nanoseconds
+
+	capMu     sync.Mutex
+	capacity  Capacity
+	capSecond int64 // unix second of the per-second counter
+	capCount  int64
+	inflight  atomic.Int64
+
+	rngMu sync.Mutex
+	rng   *rand.Rand
+}
+
+func newFaults(seed uint64) *faults {
+	return &faults{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+func (f *faults) flakyProbability() float64 {
+	return math.Float64frombits(f.flakyP.Load())
+}
+
+// admit decides the fate of one call. It returns a release function to
+// call when the call ends (for the concurrency limit) and the error the call
+// must fail with, if any. now is the time of arrival.
+func (f *faults) admit(now time.Time) (release func(), err error) {
+	release = func() {}
+	if c := f.down.Load(); c != 0 {
+		code := codes.Code(c - 1)
+		return release, status.Errorf(code, "injected: tier is down (%s)", code)
+	}
+	f.capMu.Lock()
+	limit := f.capacity
+	if limit.PerSecond > 0 {
+		sec := now.Unix()
+		if sec != f.capSecond {
+			f.capSecond, f.capCount = sec, 0
+		}
+		if f.capCount >= limit.PerSecond {
+			f.capMu.Unlock()
+			return release, status.Error(codes.Unavailable, "injected: over capacity (per second)")
+		}
+		f.capCount++
+	}
+	f.capMu.Unlock()
+	if limit.Concurrent > 0 {
+		if f.inflight.Add(1) > limit.Concurrent {
+			f.inflight.Add(-1)
+			return release, status.Error(codes.Unavailable, "injected: over capacity (concurrent)")
+		}
+		release = func() { f.inflight.Add(-1) }
+	}
+	if p := f.flakyProbability(); p > 0 {
+		f.rngMu.Lock()
+		fail := f.rng.Float64() < p
+		f.rngMu.Unlock()
+		if fail {
+			release()
+			return func() {}, status.Error(codes.Unavailable, "injected: random failure")
+		}
+	}
+	return release, nil
+}
