@@ -1,0 +1,202 @@
+package breaker
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+func newTestSet(t *testing.T, cfg Config, maxKeys int) (*Set, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(t0)
+	cfg.Clock = clk
+	cfg.Rand = half
+	s, err := NewSet(cfg, maxKeys)
+	if err != nil {
+		t.Fatalf("NewSet: %v", err)
+	}
+	return s, clk
+}
+
+func keysOf(s *Set) []string {
+	var keys []string
+	s.Range(func(k string, _ *Breaker) bool {
+		keys = append(keys, k)
+		return true
+	})
+	slices.Sort(keys)
+	return keys
+}
+
+func wantKeys(t *testing.T, s *Set, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	if got := keysOf(s); !slices.Equal(got, want) {
+		t.Fatalf("got keys %v, want %v", got, want)
+	}
+	if got := s.Len(); got != len(want) {
+		t.Fatalf("got Len %d, want %d", got, len(want))
+	}
+}
+
+func TestSetSameKey(t *testing.T) {
+	var names []string
+	s, _ := newTestSet(t, Config{Name: "ignored", OnStateChange: func(name string, _, _ State) {
+		names = append(names, name)
+	}}, 0)
+	a, b := s.Get("a"), s.Get("b")
+	if a == b {
+		t.Fatal("got the same breaker for different keys")
+	}
+	if got := s.Get("a"); got != a {
+		t.Fatal("got a new breaker for an existing key")
+	}
+	if got := a.Name(); got != "a" {
+		t.Fatalf("got name %q, want a", got)
+	}
+	trip(t, a)
+	if !slices.Equal(names, []string{"a"}) {
+		t.Fatalf("got OnStateChange names %v, want [a]", names)
+	}
+	snap := s.Snapshot()
+	if len(snap) != 2 || snap["a"].State != Open || snap["b"].State != Closed || snap["a"].Name != "a" {
+		t.Fatalf("got snapshot %+v, want a open, b closed", snap)
+	}
+}
+
+func TestSetBound(t *testing.T) {
+	s, _ := newTestSet(t, Config{}, 4)
+	for i := range 1000 {
+		s.Get(strconv.Itoa(i))
+		if got := s.Len(); got > 4 {
+			t.Fatalf("after %d keys: got Len %d, want at most 4", i+1, got)
+		}
+	}
+	wantKeys(t, s, "996", "997", "998", "999")
+
+	d, err := NewSet(Config{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.max != DefaultMaxKeys {
+		t.Fatalf("maxKeys 0: got %d, want %d", d.max, DefaultMaxKeys)
+	}
+}
+
+func TestSetEviction(t *testing.T) {
+	t.Run("least recently used closed breaker", func(t *testing.T) {
+		s, _ := newTestSet(t, Config{}, 3)
+		s.Get("a")
+		s.Get("b")
+		s.Get("c")
+		s.Get("d") // all were used since insertion: the hand clears them, then takes a
+		wantKeys(t, s, "b", "c", "d")
+		s.Get("b") // b gets a second chance, c does not
+		s.Get("e")
+		wantKeys(t, s, "b", "d", "e")
+	})
+	t.Run("open breakers are kept", func(t *testing.T) {
+		s, _ := newTestSet(t, Config{}, 3)
+		trip(t, s.Get("a"))
+		trip(t, s.Get("b"))
+		s.Get("c")
+		for _, k := range []string{"d", "e", "f", "g"} {
+			s.Get(k) // evicts the closed one each time
+		}
+		wantKeys(t, s, "a", "b", "g")
+	})
+	t.Run("half-open breakers are kept", func(t *testing.T) {
+		s, clk := newTestSet(t, Config{}, 2)
+		a := s.Get("a")
+		trip(t, a)
+		clk.Advance(2 * 1e9)
+		p, err := a.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Done(Ignored)
+		wantState(t, a, HalfOpen)
+		s.Get("b")
+		s.Get("c")
+		wantKeys(t, s, "a", "c")
+	})
+	t.Run("all open", func(t *testing.T) {
+		s, _ := newTestSet(t, Config{}, 2)
+		a, b := s.Get("a"), s.Get("b")
+		trip(t, a)
+		trip(t, b)
+		c := s.Get("c") // evicts one of the open ones: a, under the hand
+		wantKeys(t, s, "b", "c")
+		// The evicted breaker still works for its holder; the set forgets it.
+		wantState(t, a, Open)
+		if got := s.Get("a"); got == a || got.State() != Closed {
+			t.Fatalf("got the evicted breaker back or not closed: state %v", got.State())
+		}
+		_ = c
+	})
+}
+
+func TestSetConcurrent(t *testing.T) {
+	const goroutines = 16
+	t.Run("same key, same breaker", func(t *testing.T) {
+		s, _ := newTestSet(t, Config{}, 0)
+		got := make([]*Breaker, goroutines)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				<-start
+				got[g] = s.Get("k")
+			})
+		}
+		close(start)
+		wg.Wait()
+		for g, b := range got {
+			if b != got[0] {
+				t.Fatalf("goroutine %d got a different breaker", g)
+			}
+		}
+	})
+	t.Run("churn", func(t *testing.T) {
+		const maxKeys = 8
+		s, _ := newTestSet(t, Config{MinimumCalls: 5}, maxKeys)
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range 2000 {
+					key := strconv.Itoa((g*7 + i) % 40)
+					p, err := s.Get(key).Allow()
+					if err == nil {
+						p.Done(Outcome(i % 3))
+					} else if !errors.Is(err, ErrOpen) {
+						t.Errorf("got %v, want ErrOpen", err)
+						return
+					}
+					if i%100 == 0 {
+						_ = s.Snapshot()
+						if n := s.Len(); n > maxKeys {
+							t.Errorf("got Len %d, want at most %d", n, maxKeys)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n, keys := s.Len(), keysOf(s); n > maxKeys || len(keys) != n {
+			t.Fatalf("got Len %d and keys %v, want the same count, at most %d", n, keys, maxKeys)
+		}
+	})
+}
+
+func TestNewSetValidation(t *testing.T) {
+	if _, err := NewSet(Config{}, -1); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("maxKeys -1: got %v, want ErrInvalidConfig", err)
+	}
+	if _, err := NewSet(Config{Window: 1}, 10); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("bad config: got %v, want ErrInvalidConfig", err)
+	}
+}
