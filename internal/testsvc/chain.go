@@ -88,7 +88,7 @@ type Config struct {
 type Chain struct {
 	tiers []*Tier
 	edge  *grpc.ClientConn
-	conns []*grpc.ClientConn
+	hops  []*grpc.ClientConn // hops[i] calls tiers[i]
 	once  sync.Once
 }
 
@@ -110,7 +110,7 @@ func Start(cfg Config) (*Chain, error) {
 	if len(names) == 0 {
 		names = DefaultTiers
 	}
-	c := &Chain{}
+	c := &Chain{hops: make([]*grpc.ClientConn, len(names))}
 	for i, name := range names {
 		t := &Tier{name: name, index: i, faults: newFaults(cfg.Seed + uint64(i))}
 		if cfg.ServerOptions != nil {
@@ -172,7 +172,7 @@ func (c *Chain) dial(cfg Config, hop int) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", t.name, err)
 	}
-	c.conns = append(c.conns, conn)
+	c.hops[hop] = conn
 	return conn, nil
 }
 
@@ -180,6 +180,10 @@ func (c *Chain) dial(cfg Config, hop int) (*grpc.ClientConn, error) {
 func (c *Chain) Client() testsvcv1.TestServiceClient {
 	return testsvcv1.NewTestServiceClient(c.edge)
 }
+
+// Conn returns the client connection of hop i, which calls Tiers()[i]:
+// hop 0 is the edge client's. Tests use it to wait for a reconnect.
+func (c *Chain) Conn(hop int) *grpc.ClientConn { return c.hops[hop] }
 
 // Tiers returns the tiers from the edge inward.
 func (c *Chain) Tiers() []*Tier { return c.tiers }
@@ -198,8 +202,10 @@ func (c *Chain) Tier(name string) *Tier {
 // more than once.
 func (c *Chain) Close() {
 	c.once.Do(func() {
-		for _, conn := range c.conns {
-			_ = conn.Close()
+		for _, conn := range c.hops {
+			if conn != nil {
+				_ = conn.Close()
+			}
 		}
 		for _, t := range c.tiers {
 			t.Kill()

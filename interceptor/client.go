@@ -1,0 +1,281 @@
+package interceptor
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+)
+
+// UnaryClientInterceptor returns the retrying client interceptor for
+// unary calls. Use it with grpc.WithDisableRetry (DialOptions does both),
+// so that grpc-go's own retry layer does not multiply its attempts
+// unseen underneath.
+//
+// Invalid options cannot be reported from here; the interceptor then fails
+// every call with codes.Internal and the reason. Use New to get the error
+// at start-up instead.
+func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
+	i, err := New(opts...)
+	if err != nil {
+		return func(context.Context, string, any, any, *grpc.ClientConn, grpc.UnaryInvoker, ...grpc.CallOption) error {
+			return status.Error(codes.Internal, err.Error())
+		}
+	}
+	return i.UnaryClient()
+}
+
+// client holds the configuration of one client interceptor.
+type client struct {
+	cfg config
+}
+
+// callConfig returns the configuration for one call: the interceptor's,
+// or a copy with the call's own Options applied.
+func (cl *client) callConfig(opts []grpc.CallOption) (*config, error) {
+	cfg := &cl.cfg
+	copied := false
+	for _, o := range opts {
+		so, ok := o.(Option)
+		if !ok || so.apply == nil {
+			continue
+		}
+		if !copied {
+			c := cl.cfg
+			cfg, copied = &c, true
+		}
+		if err := so.apply(cfg); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	}
+	return cfg, nil
+}
+
+// attemptState is the per-call scratch space of the unary interceptor,
+// pooled so that reading the trailer of each attempt costs no allocation.
+type attemptState struct {
+	trailer metadata.MD
+	opt     grpc.TrailerCallOption
+	opts    []grpc.CallOption
+}
+
+var attemptPool = sync.Pool{New: func() any {
+	s := &attemptState{opts: make([]grpc.CallOption, 0, 8)}
+	s.opt.TrailerAddr = &s.trailer
+	return s
+}}
+
+func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	cfg, err := cl.callConfig(opts)
+	if err != nil {
+		return err
+	}
+	c := newCall(ctx, cfg, cc.Target(), method)
+	as := attemptPool.Get().(*attemptState)
+	defer func() {
+		as.trailer = nil
+		clear(as.opts[:cap(as.opts)])
+		as.opts = as.opts[:0]
+		attemptPool.Put(as)
+	}()
+	as.opts = append(append(as.opts[:0], opts...), &as.opt)
+	for {
+		permit, err := c.admit()
+		if err != nil {
+			return err
+		}
+		actx, cancel := c.attemptContext()
+		as.trailer = nil
+		err = invoker(actx, method, req, reply, cc, as.opts...)
+		cancel()
+		wait, err := c.after(permit, err, as.trailer)
+		if err != nil || wait < 0 {
+			return err
+		}
+		if err := c.cfg.sleep(ctx, wait); err != nil {
+			return c.stop(StopCanceled)
+		}
+	}
+}
+
+// call is the retry state of one client call, shared by the unary and
+// stream interceptors: which attempt this is, what the tier policy, the
+// budget and the breaker say, and the last error.
+type call struct {
+	ctx     context.Context // the caller's
+	cfg     *config
+	st      *serverState // the request this call serves, if any
+	info    Info
+	target  string
+	lim     budget.Limiter
+	brk     *breaker.Breaker
+	max     int // attempts allowed for this call, after the tier policy
+	attempt int // attempts made so far
+	prev    time.Duration
+	last    error
+}
+
+func newCall(ctx context.Context, cfg *config, target, method string) *call {
+	c := &call{ctx: ctx, cfg: cfg, target: target, st: stateFrom(ctx)}
+	if c.st != nil {
+		c.info = c.st.info
+	}
+	c.max = max(1, min(cfg.policy(c.info, cfg.maxAttempts), cfg.maxAttempts))
+	key := target
+	if cfg.perMethod {
+		key = target + method
+	}
+	if cfg.limiters != nil {
+		c.lim = cfg.limiters.get(key)
+	}
+	if cfg.breakers != nil {
+		c.brk = cfg.breakers.Get(key)
+	}
+	if c.lim != nil {
+		c.lim.RecordRequest()
+	}
+	return c
+}
+
+// admit asks the breaker whether the next attempt may go out. On refusal
+// it returns the call's final error.
+func (c *call) admit() (breaker.Permit, error) {
+	if c.brk == nil {
+		return breaker.Permit{}, nil
+	}
+	p, err := c.brk.Allow()
+	if err != nil {
+		return p, c.stop(StopBreakerOpen)
+	}
+	return p, nil
+}
+
+// attemptContext returns the context of the next attempt: the caller's,
+// with the per-attempt timeout and the attempt metadata.
+func (c *call) attemptContext() (context.Context, context.CancelFunc) {
+	ctx := c.ctx
+	var kv [6]string
+	n := 0
+	if c.attempt > 0 {
+		kv[0], kv[1] = MetadataAttempt, strconv.Itoa(c.attempt)
+		n = 2
+	}
+	if c.st != nil {
+		kv[n], kv[n+1] = MetadataDepth, strconv.Itoa(min(c.info.Depth+1, MaxDepth))
+		n += 2
+		if c.info.UpstreamRetries > 0 {
+			kv[n], kv[n+1] = MetadataUpstreamRetries, strconv.Itoa(c.info.UpstreamRetries)
+			n += 2
+		}
+	}
+	if n > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, kv[:n]...)
+	}
+	c.attempt++
+	if d := c.cfg.perAttemptTimeout; d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
+}
+
+// after judges the attempt that just ended with err and trailer. It
+// returns the wait before the next attempt, or a negative wait and the
+// call's final error (nil on success).
+func (c *call) after(permit breaker.Permit, err error, trailer metadata.MD) (time.Duration, error) {
+	code := status.Code(err)
+	pb, hasPB := pushback(trailer)
+	callerDone := c.ctx.Err() != nil
+	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
+		(code == codes.DeadlineExceeded && !callerDone) || (hasPB && pb < 0)
+	switch {
+	case err == nil && !failure:
+		permit.Done(breaker.Success)
+	case callerDone:
+		permit.Done(breaker.Ignored)
+	case failure:
+		permit.Done(breaker.Failure)
+	default:
+		permit.Done(breaker.Success)
+	}
+	if c.lim != nil && !callerDone {
+		c.lim.RecordOutcome(!failure)
+	}
+	if err == nil {
+		return -1, nil
+	}
+	c.last = err
+	switch {
+	case callerDone:
+		return -1, c.stop(StopCanceled)
+	case !c.cfg.isRetryable(code):
+		return -1, c.stop(StopNotRetryable)
+	case hasPB && pb < 0:
+		return -1, c.stop(StopPushback)
+	case c.attempt >= c.max:
+		if c.max < c.cfg.maxAttempts {
+			return -1, c.stop(StopTierPolicy)
+		}
+		return -1, c.stop(StopAttempts)
+	}
+	var wait time.Duration
+	if hasPB {
+		wait = min(time.Duration(pb)*time.Millisecond, c.cfg.backoff.withDefaults().Cap)
+	} else {
+		wait = c.cfg.backoff.Delay(c.attempt-1, c.cfg.rand(), c.prev)
+	}
+	if dl, ok := c.ctx.Deadline(); ok && time.Until(dl) <= wait {
+		return -1, c.stop(StopDeadline)
+	}
+	if c.lim != nil && !c.lim.TryRetry() {
+		return -1, c.stop(StopBudget)
+	}
+	c.prev = wait
+	return wait, nil
+}
+
+// stop ends the call for reason: it marks the request this call serves
+// (so that its server answers "do not retry") and returns the call's
+// error. A call that made one attempt and stopped on its own terms returns
+// that attempt's error untouched.
+func (c *call) stop(reason StopReason) error {
+	if reason.marksUpstream() && c.st != nil {
+		c.st.gaveUp.Store(true)
+	}
+	if c.attempt <= 1 && c.last != nil && (reason == StopNotRetryable || reason == StopCanceled) {
+		return c.last
+	}
+	return newError(c.last, c.attempt, reason, c.target)
+}
+
+// sleepCtx waits for d or until ctx is done, whichever comes first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// DialOptions is New(opts...).DialOptions(), with invalid options failing
+// every call instead of returning an error.
+func DialOptions(opts ...Option) []grpc.DialOption {
+	i, err := New(opts...)
+	if err != nil {
+		return []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(UnaryClientInterceptor(opts...))}
+	}
+	return i.DialOptions()
+}

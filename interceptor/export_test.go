@@ -1,0 +1,34 @@
+package interceptor
+
+import (
+	"context"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"math"
+	"time"
+)
+
+// withRand sets the jitter's random source.
+func withRand(f func() float64) Option {
+	return Option{apply: func(c *config) error { c.rand = f; return nil }}
+}
+
+// withSleep replaces the wait between attempts.
+func withSleep(f func(ctx context.Context, d time.Duration) error) Option {
+	return Option{apply: func(c *config) error { c.sleep = f; return nil }}
+}
+
+// noSleep records the waits and returns at once (or with the context's
+// error, as the real wait would).
+type sleeps struct{ d []time.Duration }
+
+func (s *sleeps) option() Option {
+	return withSleep(func(ctx context.Context, d time.Duration) error {
+		s.d = append(s.d, d)
+		return ctx.Err()
+	})
+}
+
+func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
+
+func sqrt(x float64) float64 { return math.Sqrt(x) }

@@ -1,0 +1,71 @@
+package interceptor
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// UnaryServerInterceptor returns the server interceptor for unary calls.
+// It parses the attempt metadata of each request into the handler's
+// context (see FromContext), where the client interceptor finds it when
+// the handler calls the next tier; and when such a call gave up on a
+// retryable failure, it answers the caller with the trailer
+// grpc-retry-pushback-ms: -1, so that the tier above does not retry.
+//
+// Invalid options make every call fail with codes.Internal; use New to get
+// the error at start-up.
+func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
+	i, err := New(opts...)
+	if err != nil {
+		return func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	return i.UnaryServer()
+}
+
+type server struct {
+	untrusted bool
+}
+
+// dontRetry is the trailer that tells the caller not to retry.
+var dontRetry = metadata.Pairs(MetadataPushback, "-1")
+
+// begin returns the handler's context, carrying the request's Info.
+func (s *server) begin(ctx context.Context) *stateCtx {
+	sc := &stateCtx{Context: ctx}
+	if !s.untrusted {
+		sc.st.info = incomingInfo(ctx)
+	}
+	return sc
+}
+
+// end sets the "do not retry" trailer when the handler failed after one of
+// its calls gave up on a retryable failure.
+func (s *server) end(sc *stateCtx, err error) {
+	if err != nil && sc.st.gaveUp.Load() {
+		_ = grpc.SetTrailer(sc, dontRetry)
+	}
+}
+
+func (s *server) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	sc := s.begin(ctx)
+	resp, err := handler(sc, req)
+	s.end(sc, err)
+	return resp, err
+}
+
+// ServerOptions returns the server options that install the server
+// interceptors. Invalid options make every call fail; use New to get the
+// error at start-up.
+func ServerOptions(opts ...Option) []grpc.ServerOption {
+	i, err := New(opts...)
+	if err != nil {
+		return []grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServerInterceptor(opts...))}
+	}
+	return i.ServerOptions()
+}
