@@ -10,7 +10,7 @@ import (
 // Defaults used for zero Config fields.
 const (
 	DefaultFailureThreshold = 0.5
-	DefaultMinimumCalls     = 20
+	DefaultMinimumCalls     = 100
 	DefaultWindow           = 10 * time.Second
 	DefaultOpenInterval     = 1 * time.Second
 	DefaultMaxOpenInterval  = 30 * time.Second
@@ -47,7 +47,18 @@ type Config struct {
 
 	// MinimumCalls is the number of calls the window must hold before the
 	// failure rate can open the breaker. Zero means DefaultMinimumCalls
-	// (20).
+	// (100).
+	//
+	// The default is 100 because a rate over fewer calls is noise: with
+	// 30 % of calls failing at random, 10 or more of 20 fail in about 5 %
+	// of fresh windows, which would open a breaker at MinimumCalls 20,
+	// while at 100 calls the threshold of 50 % is 4.4 standard deviations
+	// above 30 %. The price: a breaker whose window never holds
+	// MinimumCalls calls never opens on the rate, so a client making
+	// fewer than MinimumCalls calls per Window (10 calls/s with the 10 s
+	// default is the edge) is not protected unless ConsecutiveFailures is
+	// set, and a target that is down opens the breaker only after 100
+	// failed calls.
 	MinimumCalls int
 
 	// Window is the length of the sliding window, at least MinWindow

@@ -34,7 +34,7 @@ func Example() {
 	}
 	callPayments := func() error { return errors.New("unavailable") }
 
-	for i := range 25 {
+	for i := range 105 {
 		p, err := b.Allow()
 		if errors.Is(err, breaker.ErrOpen) {
 			fmt.Printf("call %d: rejected, fail fast\n", i+1)
@@ -49,8 +49,8 @@ func Example() {
 	s := b.Snapshot()
 	fmt.Println(s.State, s.Calls, s.Failures)
 	// Output:
-	// call 21: rejected, fail fast
-	// open 20 20
+	// call 101: rejected, fail fast
+	// open 100 100
 }
 
 func Example_recovery() {
@@ -66,7 +66,7 @@ func Example_recovery() {
 	if err != nil {
 		panic(err)
 	}
-	for range 20 {
+	for range 100 { // DefaultMinimumCalls failures open it
 		p, _ := b.Allow()
 		p.Done(breaker.Failure)
 	}
