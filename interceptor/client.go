@@ -59,18 +59,20 @@ func (cl *client) callConfig(opts []grpc.CallOption) (*config, error) {
 	return cfg, nil
 }
 
-// attemptState is the per-call scratch space of the unary interceptor,
-// pooled so that reading the trailer of each attempt costs no allocation.
-type attemptState struct {
+// unaryCall is the state of one unary call: the retry state, and the
+// call options with the trailer option added. It is pooled, so that a
+// call costs the interceptor no allocation of its own.
+type unaryCall struct {
+	call
 	trailer metadata.MD
 	opt     grpc.TrailerCallOption
 	opts    []grpc.CallOption
 }
 
-var attemptPool = sync.Pool{New: func() any {
-	s := &attemptState{opts: make([]grpc.CallOption, 0, 8)}
-	s.opt.TrailerAddr = &s.trailer
-	return s
+var unaryPool = sync.Pool{New: func() any {
+	u := &unaryCall{opts: make([]grpc.CallOption, 0, 8)}
+	u.opt.TrailerAddr = &u.trailer
+	return u
 }}
 
 func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -78,25 +80,27 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	if err != nil {
 		return err
 	}
-	c := newCall(ctx, cfg, cc.Target(), method)
-	as := attemptPool.Get().(*attemptState)
+	u := unaryPool.Get().(*unaryCall)
 	defer func() {
-		as.trailer = nil
-		clear(as.opts[:cap(as.opts)])
-		as.opts = as.opts[:0]
-		attemptPool.Put(as)
+		u.call = call{}
+		u.trailer = nil
+		clear(u.opts[:cap(u.opts)])
+		u.opts = u.opts[:0]
+		unaryPool.Put(u)
 	}()
-	as.opts = append(append(as.opts[:0], opts...), &as.opt)
+	c := &u.call
+	c.init(ctx, cfg, cc.Target(), method)
+	u.opts = append(append(u.opts[:0], opts...), &u.opt)
 	for {
 		permit, err := c.admit()
 		if err != nil {
 			return err
 		}
 		actx, cancel := c.attemptContext()
-		as.trailer = nil
-		err = invoker(actx, method, req, reply, cc, as.opts...)
+		u.trailer = nil
+		err = invoker(actx, method, req, reply, cc, u.opts...)
 		cancel()
-		wait, err := c.after(permit, err, as.trailer)
+		wait, err := c.after(permit, err, u.trailer)
 		if err != nil || wait < 0 {
 			return err
 		}
@@ -123,8 +127,10 @@ type call struct {
 	last    error
 }
 
-func newCall(ctx context.Context, cfg *config, target, method string) *call {
-	c := &call{ctx: ctx, cfg: cfg, target: target, st: stateFrom(ctx)}
+// init prepares c for a call to method of target and records the request
+// in the budget.
+func (c *call) init(ctx context.Context, cfg *config, target, method string) {
+	*c = call{ctx: ctx, cfg: cfg, target: target, st: stateFrom(ctx)}
 	if c.st != nil {
 		c.info = c.st.info
 	}
@@ -142,7 +148,6 @@ func newCall(ctx context.Context, cfg *config, target, method string) *call {
 	if c.lim != nil {
 		c.lim.RecordRequest()
 	}
-	return c
 }
 
 // admit asks the breaker whether the next attempt may go out. On refusal
