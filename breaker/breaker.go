@@ -217,6 +217,12 @@ func (b *Breaker) allowSlow(w uint64) (Permit, error) {
 	return Permit{b, w}, nil
 }
 
+// Probe reports whether the Permit is for a half-open probe: one of the
+// few calls that decide whether the breaker closes. A caller that holds
+// permits for a long time (a stream) can report a probe's outcome early, as
+// soon as it knows the target answered, to free the probe slot.
+func (p Permit) Probe() bool { return p.b != nil && stateOf(p.word) == HalfOpen }
+
 // Done reports the outcome of the call the Permit was given for. Call it
 // exactly once per Permit, also when the call was cancelled (with
 // Ignored): a half-open probe's Permit holds one of the few probe slots

@@ -347,6 +347,24 @@ func TestProbeLimit(t *testing.T) {
 	}
 }
 
+func TestPermitProbe(t *testing.T) {
+	b, _ := newTest(t, Config{})
+	p, err := b.Allow()
+	if err != nil || p.Probe() {
+		t.Fatalf("closed: got probe=%v, err %v; want a non-probe permit", p.Probe(), err)
+	}
+	p.Done(Success)
+	if (Permit{}).Probe() {
+		t.Fatal("the zero Permit is a probe")
+	}
+	b, _ = halfOpen(t, Config{})
+	p, err = b.Allow()
+	if err != nil || !p.Probe() {
+		t.Fatalf("half-open: got probe=%v, err %v; want a probe", p.Probe(), err)
+	}
+	p.Done(Success)
+}
+
 func TestProbeLimitConcurrent(t *testing.T) {
 	const goroutines = 64
 	for _, probes := range []int{1, 3, 10} {

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
@@ -60,4 +61,52 @@ func BenchmarkUnaryHappyPath(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkStreamHappyPath: one bidi stream per op, 100 messages each way,
+// on a healthy server; stormguard keeps copies until the first response
+// commits the stream.
+func BenchmarkStreamHappyPath(b *testing.B) {
+	stacks := happyStacks(b)
+	for _, name := range []string{"none", "stormguard"} {
+		b.Run(name, func(b *testing.B) {
+			c := testsvc.New(b, stacks[name])
+			cl := c.Client()
+			req := &testsvcv1.BidiRequest{Id: "x", Payload: make([]byte, 64)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := bidi100(cl, req); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+func bidi100(cl testsvcv1.TestServiceClient, req *testsvcv1.BidiRequest) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := cl.Bidi(ctx)
+	if err != nil {
+		return err
+	}
+	for range 100 {
+		if err := s.Send(req); err != nil {
+			return err
+		}
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		return err
+	}
+	if _, err := s.Recv(); err != io.EOF {
+		return err
+	}
+	return nil
 }

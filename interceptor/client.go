@@ -96,7 +96,7 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 		if err != nil {
 			return err
 		}
-		actx, cancel := c.attemptContext()
+		actx, cancel := c.attemptContext(true)
 		u.trailer = nil
 		err = invoker(actx, method, req, reply, cc, u.opts...)
 		cancel()
@@ -164,8 +164,9 @@ func (c *call) admit() (breaker.Permit, error) {
 }
 
 // attemptContext returns the context of the next attempt: the caller's,
-// with the per-attempt timeout and the attempt metadata.
-func (c *call) attemptContext() (context.Context, context.CancelFunc) {
+// with the attempt metadata and, if timeout is set, the per-attempt
+// timeout.
+func (c *call) attemptContext(timeout bool) (context.Context, context.CancelFunc) {
 	ctx := c.ctx
 	var kv [6]string
 	n := 0
@@ -185,7 +186,7 @@ func (c *call) attemptContext() (context.Context, context.CancelFunc) {
 		ctx = metadata.AppendToOutgoingContext(ctx, kv[:n]...)
 	}
 	c.attempt++
-	if d := c.cfg.perAttemptTimeout; d > 0 {
+	if d := c.cfg.perAttemptTimeout; d > 0 && timeout {
 		return context.WithTimeout(ctx, d)
 	}
 	return ctx, func() {}
@@ -195,32 +196,48 @@ func (c *call) attemptContext() (context.Context, context.CancelFunc) {
 // returns the wait before the next attempt, or a negative wait and the
 // call's final error (nil on success).
 func (c *call) after(permit breaker.Permit, err error, trailer metadata.MD) (time.Duration, error) {
+	pb, hasPB := c.settle(permit, err, trailer)
+	return c.next(err, pb, hasPB)
+}
+
+// settle reports the outcome of an attempt to the breaker (through its
+// permit) and to the limiter, and returns the attempt's pushback. Failures
+// are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED of the attempt
+// (not the caller's) and a "do not retry" pushback; a call whose caller is
+// gone counts for nothing; anything else shows a live target: success.
+func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb int64, hasPB bool) {
 	code := status.Code(err)
-	pb, hasPB := pushback(trailer)
+	pb, hasPB = pushback(trailer)
 	callerDone := c.ctx.Err() != nil
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && !callerDone) || (hasPB && pb < 0)
 	switch {
-	case err == nil && !failure:
-		permit.Done(breaker.Success)
-	case callerDone:
+	case callerDone && err != nil:
 		permit.Done(breaker.Ignored)
+		return pb, hasPB
 	case failure:
 		permit.Done(breaker.Failure)
 	default:
 		permit.Done(breaker.Success)
 	}
-	if c.lim != nil && !callerDone {
+	if c.lim != nil {
 		c.lim.RecordOutcome(!failure)
 	}
+	return pb, hasPB
+}
+
+// next decides what follows an attempt that ended with err (nil: the call
+// succeeded) and pushback pb: the wait before the next attempt, or a
+// negative wait and the call's final error.
+func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 	if err == nil {
 		return -1, nil
 	}
 	c.last = err
 	switch {
-	case callerDone:
+	case c.ctx.Err() != nil:
 		return -1, c.stop(StopCanceled)
-	case !c.cfg.isRetryable(code):
+	case !c.cfg.isRetryable(status.Code(err)):
 		return -1, c.stop(StopNotRetryable)
 	case hasPB && pb < 0:
 		return -1, c.stop(StopPushback)
@@ -280,7 +297,11 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func DialOptions(opts ...Option) []grpc.DialOption {
 	i, err := New(opts...)
 	if err != nil {
-		return []grpc.DialOption{grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(UnaryClientInterceptor(opts...))}
+		return []grpc.DialOption{
+			grpc.WithDisableRetry(),
+			grpc.WithChainUnaryInterceptor(UnaryClientInterceptor(opts...)),
+			grpc.WithChainStreamInterceptor(StreamClientInterceptor(opts...)),
+		}
 	}
 	return i.DialOptions()
 }

@@ -26,6 +26,12 @@ func (i *Interceptors) UnaryClient() grpc.UnaryClientInterceptor { return i.clie
 // UnaryServer returns the unary server interceptor.
 func (i *Interceptors) UnaryServer() grpc.UnaryServerInterceptor { return i.server.unary }
 
+// StreamClient returns the stream client interceptor.
+func (i *Interceptors) StreamClient() grpc.StreamClientInterceptor { return i.client.stream }
+
+// StreamServer returns the stream server interceptor.
+func (i *Interceptors) StreamServer() grpc.StreamServerInterceptor { return i.server.stream }
+
 // DialOptions returns what a client connection needs in one go:
 // grpc.WithDisableRetry, so that grpc-go's built-in retry cannot multiply
 // stormguard's attempts underneath it (each of our attempts would be
@@ -35,11 +41,15 @@ func (i *Interceptors) DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithDisableRetry(),
 		grpc.WithChainUnaryInterceptor(i.UnaryClient()),
+		grpc.WithChainStreamInterceptor(i.StreamClient()),
 	}
 }
 
 // ServerOptions returns the server options that install the server
 // interceptors.
 func (i *Interceptors) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(i.UnaryServer())}
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(i.UnaryServer()),
+		grpc.ChainStreamInterceptor(i.StreamServer()),
+	}
 }

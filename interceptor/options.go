@@ -45,6 +45,7 @@ type config struct {
 	breakers          *breaker.Set
 	perMethod         bool
 	untrusted         bool
+	replayLimit       int
 
 	// Test hooks: the random source for jitter, and the wait between
 	// attempts.
@@ -57,6 +58,7 @@ func defaultConfig() config {
 		maxAttempts: DefaultMaxAttempts,
 		retryable:   codeBit(codes.Unavailable),
 		policy:      DefaultTierPolicy,
+		replayLimit: DefaultReplayBufferSize,
 		rand:        rand.Float64,
 		sleep:       sleepCtx,
 	}

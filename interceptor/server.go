@@ -65,7 +65,10 @@ func (s *server) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, ha
 func ServerOptions(opts ...Option) []grpc.ServerOption {
 	i, err := New(opts...)
 	if err != nil {
-		return []grpc.ServerOption{grpc.ChainUnaryInterceptor(UnaryServerInterceptor(opts...))}
+		return []grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(UnaryServerInterceptor(opts...)),
+			grpc.ChainStreamInterceptor(StreamServerInterceptor(opts...)),
+		}
 	}
 	return i.ServerOptions()
 }

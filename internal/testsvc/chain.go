@@ -222,8 +222,9 @@ type Tier struct {
 	attempts [numKinds]atomic.Int64
 	failed   atomic.Int64
 
-	faults *faults
-	next   testsvcv1.TestServiceClient // nil for the last tier
+	faults      *faults
+	streamFault atomic.Pointer[streamFault]
+	next        testsvcv1.TestServiceClient // nil for the last tier
 
 	serverOpts []grpc.ServerOption
 
@@ -299,6 +300,18 @@ func (t *Tier) SetCapacity(c Capacity) {
 	t.faults.capacity = c
 	t.faults.capMu.Unlock()
 }
+
+// SetStreamFault makes this tier's streams fail part-way, when it is the
+// last tier (the one that answers). The zero StreamFault with Streams 0
+// would fail every stream at once; use ClearStreamFault to end it.
+func (t *Tier) SetStreamFault(f StreamFault) {
+	sf := &streamFault{f: f}
+	sf.remaining.Store(int64(f.Streams))
+	t.streamFault.Store(sf)
+}
+
+// ClearStreamFault ends SetStreamFault.
+func (t *Tier) ClearStreamFault() { t.streamFault.Store(nil) }
 
 // Kill stops the tier's server at once, as a crash would: connections
 // close, calls in flight fail, and new calls fail to connect until Restart.

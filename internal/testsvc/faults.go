@@ -86,3 +86,44 @@ func (f *faults) admit(now time.Time) (release func(), err error) {
 	}
 	return release, nil
 }
+
+// StreamFault makes the streams that reach the last tier fail part-way
+// through, to test stream retries. Zero counts mean "at once".
+type StreamFault struct {
+	// Code is the code of the failure; codes.OK means Unavailable.
+	Code codes.Code
+	// AfterRecv: a client or bidi stream fails right after it has received
+	// this many requests, before answering the last of them.
+	AfterRecv int
+	// AfterSend: a server stream fails right after it has sent this many
+	// responses; a bidi stream fails when the next request arrives after
+	// it has sent this many. For bidi, AfterRecv wins when both are set.
+	AfterSend int
+	// Streams is the number of streams that fail, counted from
+	// SetStreamFault; 0 means every stream.
+	Streams int
+}
+
+type streamFault struct {
+	f         StreamFault
+	remaining atomic.Int64 // streams left to fail, when f.Streams > 0
+}
+
+// take returns the fault for a new stream, if it still applies.
+func (s *streamFault) take() (StreamFault, bool) {
+	if s == nil {
+		return StreamFault{}, false
+	}
+	if s.f.Streams > 0 && s.remaining.Add(-1) < 0 {
+		return StreamFault{}, false
+	}
+	return s.f, true
+}
+
+func (f StreamFault) err() error {
+	code := f.Code
+	if code == codes.OK {
+		code = codes.Unavailable
+	}
+	return status.Errorf(code, "injected: stream failure (%s)", code)
+}

@@ -127,7 +127,11 @@ func (h *handler) ServerStream(req *testsvcv1.ServerStreamRequest, stream grpc.S
 		}
 	}
 	n := max(req.GetCount(), 1)
+	fault, faulty := h.tier.streamFault.Load().take()
 	for i := range n {
+		if faulty && int(i) >= fault.AfterSend {
+			return fault.err()
+		}
 		m := &testsvcv1.ServerStreamResponse{Id: req.GetId(), Payload: req.GetPayload(), Seq: i, ServedBy: h.tier.name}
 		if err := stream.Send(m); err != nil {
 			return err
@@ -140,7 +144,11 @@ func (h *handler) ClientStream(stream grpc.ClientStreamingServer[testsvcv1.Clien
 	next := h.tier.next
 	if next == nil {
 		resp := &testsvcv1.ClientStreamResponse{ServedBy: h.tier.name}
+		fault, faulty := h.tier.streamFault.Load().take()
 		for {
+			if faulty && len(resp.Ids) >= fault.AfterRecv {
+				return fault.err()
+			}
 			m, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
 				return stream.SendAndClose(resp)
@@ -180,13 +188,23 @@ func (h *handler) Bidi(stream grpc.BidiStreamingServer[testsvcv1.BidiRequest, te
 	next := h.tier.next
 	if next == nil {
 		var seq int32
-		for {
+		fault, faulty := h.tier.streamFault.Load().take()
+		if faulty && fault.AfterRecv == 0 && fault.AfterSend == 0 {
+			return fault.err()
+		}
+		for received := 1; ; received++ {
 			m, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			if err != nil {
 				return err
+			}
+			if faulty && fault.AfterRecv > 0 && received >= fault.AfterRecv {
+				return fault.err()
+			}
+			if faulty && fault.AfterRecv == 0 && int(seq) >= fault.AfterSend {
+				return fault.err()
 			}
 			resp := &testsvcv1.BidiResponse{Id: m.GetId(), Payload: m.GetPayload(), Seq: seq, ServedBy: h.tier.name}
 			seq++
