@@ -119,31 +119,34 @@ type call struct {
 	st      *serverState // the request this call serves, if any
 	info    Info
 	target  string
+	method  string
+	key     string // of the budget and breaker
 	lim     budget.Limiter
 	brk     *breaker.Breaker
 	max     int // attempts allowed for this call, after the tier policy
 	attempt int // attempts made so far
 	prev    time.Duration
 	last    error
+	started time.Time // of the current attempt, when observed
 }
 
 // init prepares c for a call to method of target and records the request
 // in the budget.
 func (c *call) init(ctx context.Context, cfg *config, target, method string) {
-	*c = call{ctx: ctx, cfg: cfg, target: target, st: stateFrom(ctx)}
+	*c = call{ctx: ctx, cfg: cfg, target: target, method: method, st: stateFrom(ctx)}
 	if c.st != nil {
 		c.info = c.st.info
 	}
 	c.max = max(1, min(cfg.policy(c.info, cfg.maxAttempts), cfg.maxAttempts))
-	key := target
+	c.key = target
 	if cfg.perMethod {
-		key = target + method
+		c.key = target + method
 	}
 	if cfg.limiters != nil {
-		c.lim = cfg.limiters.get(key)
+		c.lim = cfg.limiters.get(c.key)
 	}
 	if cfg.breakers != nil {
-		c.brk = cfg.breakers.Get(key)
+		c.brk = cfg.breakers.Get(c.key)
 	}
 	if c.lim != nil {
 		c.lim.RecordRequest()
@@ -185,6 +188,10 @@ func (c *call) attemptContext(timeout bool) (context.Context, context.CancelFunc
 	if n > 0 {
 		ctx = metadata.AppendToOutgoingContext(ctx, kv[:n]...)
 	}
+	if c.cfg.observer != nil {
+		c.started = time.Now()
+		c.observe(Event{Kind: EventAttemptStart, Attempt: c.attempt})
+	}
 	c.attempt++
 	if d := c.cfg.perAttemptTimeout; d > 0 && timeout {
 		return context.WithTimeout(ctx, d)
@@ -209,6 +216,9 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	code := status.Code(err)
 	pb, hasPB = pushback(trailer)
 	callerDone := c.ctx.Err() != nil
+	if c.cfg.observer != nil {
+		c.observe(Event{Kind: EventAttemptEnd, Attempt: c.attempt - 1, Code: code, Duration: time.Since(c.started)})
+	}
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && !callerDone) || (hasPB && pb < 0)
 	switch {
@@ -260,6 +270,7 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 		return -1, c.stop(StopBudget)
 	}
 	c.prev = wait
+	c.observe(Event{Kind: EventRetryScheduled, Attempt: c.attempt, Delay: wait})
 	return wait, nil
 }
 
@@ -268,13 +279,24 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 // error. A call that made one attempt and stopped on its own terms returns
 // that attempt's error untouched.
 func (c *call) stop(reason StopReason) error {
-	if reason.marksUpstream() && c.st != nil {
-		c.st.gaveUp.Store(true)
-	}
+	c.giveUp(reason)
 	if c.attempt <= 1 && c.last != nil && (reason == StopNotRetryable || reason == StopCanceled) {
 		return c.last
 	}
 	return newError(c.last, c.attempt, reason, c.target)
+}
+
+// giveUp marks the request this call serves, so that its server answers
+// "do not retry", when the call stops retrying a retryable failure for
+// reason, and reports the refusal.
+func (c *call) giveUp(reason StopReason) {
+	if !reason.marksUpstream() {
+		return
+	}
+	if c.st != nil {
+		c.st.gaveUp.Store(true)
+	}
+	c.observe(Event{Kind: EventRetryRefused, Attempt: c.attempt, Reason: reason})
 }
 
 // sleepCtx waits for d or until ctx is done, whichever comes first.

@@ -36,6 +36,9 @@ const (
 	StopDeadline
 	// StopCanceled: the caller's context is done.
 	StopCanceled
+	// StopCommitted: a stream failed after it committed (a response had
+	// arrived), when it can no longer be retried.
+	StopCommitted
 )
 
 var stopReasonNames = map[StopReason]string{
@@ -47,6 +50,7 @@ var stopReasonNames = map[StopReason]string{
 	StopPushback:     "server said do not retry",
 	StopDeadline:     "deadline too close to retry",
 	StopCanceled:     "caller's context done",
+	StopCommitted:    "stream already committed",
 }
 
 func (r StopReason) String() string {

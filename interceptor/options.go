@@ -46,6 +46,7 @@ type config struct {
 	perMethod         bool
 	untrusted         bool
 	replayLimit       int
+	observer          Observer
 
 	// Test hooks: the random source for jitter, and the wait between
 	// attempts.

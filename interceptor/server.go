@@ -30,32 +30,42 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 
 type server struct {
 	untrusted bool
+	observer  Observer
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
 var dontRetry = metadata.Pairs(MetadataPushback, "-1")
 
 // begin returns the handler's context, carrying the request's Info.
-func (s *server) begin(ctx context.Context) *stateCtx {
+func (s *server) begin(ctx context.Context, method string) *stateCtx {
 	sc := &stateCtx{Context: ctx}
 	if !s.untrusted {
 		sc.st.info = incomingInfo(ctx)
 	}
+	if s.observer != nil {
+		s.observer.Observe(ctx, Event{Kind: EventRequestReceived, Method: method, Info: sc.st.info})
+	}
 	return sc
 }
 
-// end sets the "do not retry" trailer when the handler failed after one of
-// its calls gave up on a retryable failure.
-func (s *server) end(sc *stateCtx, err error) {
-	if err != nil && sc.st.gaveUp.Load() {
-		_ = grpc.SetTrailer(sc, dontRetry)
+// dontRetryNeeded reports whether the handler's error must carry the
+// "do not retry" trailer: one of its calls gave up on a retryable failure.
+func (s *server) dontRetryNeeded(sc *stateCtx, method string, err error) bool {
+	if err == nil || !sc.st.gaveUp.Load() {
+		return false
 	}
+	if s.observer != nil {
+		s.observer.Observe(sc, Event{Kind: EventPushbackSent, Method: method, Code: status.Code(err), Info: sc.st.info})
+	}
+	return true
 }
 
-func (s *server) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	sc := s.begin(ctx)
+func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	sc := s.begin(ctx, info.FullMethod)
 	resp, err := handler(sc, req)
-	s.end(sc, err)
+	if s.dontRetryNeeded(sc, info.FullMethod, err) {
+		_ = grpc.SetTrailer(sc, dontRetry)
+	}
 	return resp, err
 }
 

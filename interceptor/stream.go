@@ -297,8 +297,9 @@ func (s *retryStream) finish(permit breaker.Permit, err error, trailer metadata.
 		return err
 	}
 	s.c.settle(permit, err, trailer)
-	if s.c.cfg.isRetryable(status.Code(err)) && s.c.st != nil {
-		s.c.st.gaveUp.Store(true)
+	if s.c.cfg.isRetryable(status.Code(err)) {
+		s.c.last = err
+		s.c.giveUp(StopCommitted)
 	}
 	return err
 }
@@ -336,10 +337,10 @@ type serverStream struct {
 
 func (s *serverStream) Context() context.Context { return s.ctx }
 
-func (s *server) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	sc := s.begin(ss.Context())
+func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	sc := s.begin(ss.Context(), info.FullMethod)
 	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
-	if err != nil && sc.st.gaveUp.Load() {
+	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		ss.SetTrailer(dontRetry)
 	}
 	return err

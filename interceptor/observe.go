@@ -1,0 +1,124 @@
+package interceptor
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+)
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// The events the interceptors report.
+const (
+	// EventAttemptStart: a client attempt is about to be sent (Attempt is
+	// its index, 0 for the first).
+	EventAttemptStart EventKind = iota + 1
+	// EventAttemptEnd: a client attempt ended with Code after Duration.
+	EventAttemptEnd
+	// EventRetryScheduled: the client will retry after Delay; Attempt is
+	// the index of the retry.
+	EventRetryScheduled
+	// EventRetryRefused: the client stopped retrying a retryable failure
+	// for Reason (attempts used up, budget, breaker open, tier policy,
+	// pushback, deadline).
+	EventRetryRefused
+	// EventRequestReceived: a server received a request; Info holds what
+	// its metadata said (depth, the caller's attempt, upstream retries).
+	EventRequestReceived
+	// EventPushbackSent: a server answered "do not retry" with Code.
+	EventPushbackSent
+	// EventBreakerStateChange: the breaker for Target went From -> To.
+	// It comes from BreakerObserver, wired into breaker.Config.
+	EventBreakerStateChange
+)
+
+var eventKindNames = map[EventKind]string{
+	EventAttemptStart:       "attempt_start",
+	EventAttemptEnd:         "attempt_end",
+	EventRetryScheduled:     "retry_scheduled",
+	EventRetryRefused:       "retry_refused",
+	EventRequestReceived:    "request_received",
+	EventPushbackSent:       "pushback_sent",
+	EventBreakerStateChange: "breaker_state_change",
+}
+
+func (k EventKind) String() string {
+	if s, ok := eventKindNames[k]; ok {
+		return s
+	}
+	return "unknown"
+}
+
+// Event is one thing that happened in an interceptor. Fields that do not
+// apply to the Kind are zero.
+type Event struct {
+	Kind EventKind
+	// Target is the key of the budget and breaker: the client
+	// connection's target (and the method, WithPerMethodKeys).
+	Target string
+	// Method is the full gRPC method, "/package.Service/Method".
+	Method string
+	// Attempt is the attempt index (client events).
+	Attempt int
+	// Code is the attempt's or the answer's code.
+	Code codes.Code
+	// Duration is how long the attempt took (EventAttemptEnd).
+	Duration time.Duration
+	// Delay is the wait before the retry (EventRetryScheduled).
+	Delay time.Duration
+	// Reason is why retrying stopped (EventRetryRefused).
+	Reason StopReason
+	// Info is the incoming request's metadata (EventRequestReceived), and
+	// for client events, that of the request the call serves.
+	Info Info
+	// From and To are the breaker's states (EventBreakerStateChange).
+	From, To breaker.State
+}
+
+// Observer receives the interceptors' events, for metrics and logs. It is
+// called on the RPC's goroutine, so it must be quick and safe for
+// concurrent use, and it must not block. ctx is the RPC's context
+// (context.Background for breaker changes).
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// WithObserver reports events to o. Without it the interceptors report
+// nothing, at no cost. Client and server side.
+func WithObserver(o Observer) Option {
+	return Option{apply: func(c *config) error {
+		c.observer = o
+		return nil
+	}}
+}
+
+// BreakerObserver returns a function for breaker.Config.OnStateChange that
+// reports each state change of the set's breakers to o as an
+// EventBreakerStateChange, with the breaker's key as Target.
+func BreakerObserver(o Observer) func(name string, from, to breaker.State) {
+	return func(name string, from, to breaker.State) {
+		o.Observe(context.Background(), Event{Kind: EventBreakerStateChange, Target: name, From: from, To: to})
+	}
+}
+
+// RangeLimiters calls f for each target's retry limiter (WithBudget,
+// WithThrottle or WithLimiter) until f returns false, for metrics such as
+// the budget's ratio per target.
+func (i *Interceptors) RangeLimiters(f func(target string, l budget.Limiter) bool) {
+	if s := i.client.cfg.limiters; s != nil {
+		s.Range(f)
+	}
+}
+
+// observe reports e when an observer is set.
+func (c *call) observe(e Event) {
+	if o := c.cfg.observer; o != nil {
+		e.Target, e.Method, e.Info = c.key, c.method, c.info
+		o.Observe(c.ctx, e)
+	}
+}

@@ -1,0 +1,127 @@
+package interceptor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/internal/testsvc"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+)
+
+// eventLog is an Observer per name that keeps one line per event.
+type eventLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+type named struct {
+	log  *eventLog
+	name string
+}
+
+func (n named) Observe(_ context.Context, e Event) {
+	line := n.name + " " + e.Kind.String()
+	switch e.Kind {
+	case EventAttemptStart, EventRetryScheduled:
+		line += fmt.Sprintf(" #%d", e.Attempt)
+	case EventAttemptEnd:
+		line += fmt.Sprintf(" #%d %v", e.Attempt, e.Code)
+	case EventRetryRefused:
+		line += " " + e.Reason.String()
+	case EventRequestReceived:
+		line += fmt.Sprintf(" depth=%d", e.Info.Depth)
+	case EventPushbackSent:
+		line += " " + e.Code.String()
+	case EventBreakerStateChange:
+		line += fmt.Sprintf(" %s %v->%v", e.Target, e.From, e.To)
+	}
+	n.log.mu.Lock()
+	n.log.lines = append(n.log.lines, line)
+	n.log.mu.Unlock()
+}
+
+func (l *eventLog) sorted() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := slices.Clone(l.lines)
+	slices.Sort(s)
+	return s
+}
+
+// TestObserverEvents: payment down, one request, every tier observed.
+func TestObserverEvents(t *testing.T) {
+	log := &eventLog{}
+	hops := []string{"edge", "gateway", "order"}
+	tiers := []string{"gateway", "order", "payment"}
+	c := testsvc.New(t, testsvc.Config{
+		DialOptions: func(hop int) []grpc.DialOption {
+			return mustNew(t, noWait, WithObserver(named{log, hops[hop] + "-client"})).DialOptions()
+		},
+		ServerOptions: func(tier int) []grpc.ServerOption {
+			return mustNew(t, WithObserver(named{log, tiers[tier] + "-server"})).ServerOptions()
+		},
+	})
+	c.Tier("payment").SetDown(codes.Unavailable)
+	_, _ = c.Client().Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{})
+	want := []string{
+		"edge-client attempt_end #0 Unavailable",
+		"edge-client attempt_start #0",
+		"edge-client retry_refused server said do not retry",
+		"gateway-client attempt_end #0 Unavailable",
+		"gateway-client attempt_start #0",
+		"gateway-client retry_refused server said do not retry",
+		"gateway-server pushback_sent Unavailable",
+		"gateway-server request_received depth=0",
+		"order-client attempt_end #0 Unavailable",
+		"order-client attempt_end #1 Unavailable",
+		"order-client attempt_end #2 Unavailable",
+		"order-client attempt_start #0",
+		"order-client attempt_start #1",
+		"order-client attempt_start #2",
+		"order-client retry_refused attempts used up",
+		"order-client retry_scheduled #1",
+		"order-client retry_scheduled #2",
+		"order-server pushback_sent Unavailable",
+		"order-server request_received depth=1",
+		// payment is down before its own interceptors run: no events.
+	}
+	if got := log.sorted(); !slices.Equal(got, want) {
+		t.Fatalf("events:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestBreakerObserver(t *testing.T) {
+	log := &eventLog{}
+	set := mustSet(t, breaker.Config{MinimumCalls: 1, Clock: clock.NewFake(time.Unix(0, 0)), OnStateChange: BreakerObserver(named{log, "b"})})
+	p, _ := set.Get("payment").Allow()
+	p.Done(breaker.Failure)
+	if got, want := log.sorted(), []string{"b breaker_state_change payment closed->open"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestRangeLimiters(t *testing.T) {
+	i := mustNew(t, noWait, WithBudget(budget.Config{Clock: frozen()}))
+	f := &fakeInvoker{results: []error{errUnavailable}}
+	_ = i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke)
+	var targets []string
+	var granted int64
+	i.RangeLimiters(func(target string, l budget.Limiter) bool {
+		targets = append(targets, target)
+		granted = l.Snapshot().Granted
+		return true
+	})
+	if fmt.Sprint(targets) != "[passthrough:///payment]" || granted != 2 {
+		t.Fatalf("limiters: got %v with %d retries granted, want [passthrough:///payment] with 2", targets, granted)
+	}
+}
