@@ -113,18 +113,7 @@ func (h *handler) ServerStream(req *testsvcv1.ServerStreamRequest, stream grpc.S
 		if err != nil {
 			return downstreamErr(err)
 		}
-		for {
-			m, err := down.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return downstreamErr(err)
-			}
-			if err := stream.Send(m); err != nil {
-				return err
-			}
-		}
+		return relay(down.Recv, stream.Send)
 	}
 	n := max(req.GetCount(), 1)
 	fault, faulty := h.tier.streamFault.Load().take()
@@ -234,15 +223,21 @@ func (h *handler) Bidi(stream grpc.BidiStreamingServer[testsvcv1.BidiRequest, te
 			}
 		}
 	}()
+	return relay(down.Recv, stream.Send)
+}
+
+// relay passes responses from a downstream stream up until it ends, and
+// returns its status.
+func relay[T any](recv func() (*T, error), send func(*T) error) error {
 	for {
-		m, err := down.Recv()
+		m, err := recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return downstreamErr(err)
 		}
-		if err := stream.Send(m); err != nil {
+		if err := send(m); err != nil {
 			return err
 		}
 	}
