@@ -443,3 +443,56 @@ func TestRecoveryAfterRestart(t *testing.T) {
 		t.Fatalf("recovery took %v, want <= %v (two open intervals)", elapsed, limit)
 	}
 }
+
+// TestChainOfBreakersRecovers: with a breaker on every hop, a long payment
+// outage grows only the open interval of order's breaker (its probes really
+// fail); the breakers above see "do not retry" answers from a live tier and
+// stay at their first interval. After payment is back, users succeed again
+// within two of order's open intervals. The breakers share one fake clock,
+// which the test moves in steps.
+func TestChainOfBreakersRecovers(t *testing.T) {
+	fc := frozen()
+	sets := make([]*breaker.Set, 3)
+	for hop := range sets {
+		sets[hop] = mustSet(t, breaker.Config{Clock: fc, Rand: func() float64 { return 0.5 }})
+	}
+	c := startChain(t, chainSpec{client: func(hop int) []Option {
+		return []Option{noWait, WithBreaker(sets[hop])}
+	}})
+	state := func(hop int) breaker.Snapshot {
+		var s breaker.Snapshot
+		sets[hop].Range(func(_ string, b *breaker.Breaker) bool { s = b.Snapshot(); return false })
+		return s
+	}
+	pay := c.Tier("payment")
+	pay.SetDown(codes.Unavailable)
+	load(t, c, 400, 4)
+	for hop := range 3 {
+		if s := state(hop); s.State != breaker.Open {
+			t.Fatalf("hop %d: breaker %v after the outage began, want open", hop, s.State)
+		}
+	}
+	// A long outage: order's probes fail again and again.
+	for range 4 {
+		fc.Advance(state(2).OpenInterval)
+		load(t, c, 20, 4)
+	}
+	order, gateway, edge := state(2).OpenInterval, state(1).OpenInterval, state(0).OpenInterval
+	if order != 16*time.Second || gateway != time.Second || edge != time.Second {
+		t.Fatalf("open intervals (edge, gateway, order): got %v, %v, %v; want 1s, 1s, 16s", edge, gateway, order)
+	}
+
+	pay.SetUp()
+	const step = 250 * time.Millisecond
+	var elapsed time.Duration
+	for ; elapsed <= 4*order; elapsed += step {
+		if r := load(t, c, 20, 4); r.success() >= 0.99 {
+			break
+		}
+		fc.Advance(step)
+	}
+	t.Logf("success back to >= 99 %% after %v of breaker time (order's open interval %v)", elapsed, order)
+	if elapsed > 2*order {
+		t.Fatalf("recovery took %v, want <= %v (two of order's open intervals)", elapsed, 2*order)
+	}
+}

@@ -212,6 +212,16 @@ func (c *call) after(permit breaker.Permit, err error, trailer metadata.MD) (tim
 // are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED of the attempt
 // (not the caller's) and a "do not retry" pushback; a call whose caller is
 // gone counts for nothing; anything else shows a live target: success.
+//
+// One exception: a half-open probe answered "do not retry" is Ignored. The
+// answer came from a live target whose own dependency failed (often a
+// breaker of the tier below, still open); counting it would reopen this
+// breaker with a doubled interval each time, so that after an outage the
+// breakers of a chain, each waiting for the one below, recover one after
+// the other. Ignored, the probe frees its slot and the breaker stays
+// half-open, sending a few probes until the tier below is back. In the
+// closed state the same answer counts as a failure, so the tier above
+// stops sending while the chain below it is broken.
 func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb int64, hasPB bool) {
 	code := status.Code(err)
 	pb, hasPB = pushback(trailer)
@@ -225,6 +235,8 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	case callerDone && err != nil:
 		permit.Done(breaker.Ignored)
 		return pb, hasPB
+	case hasPB && pb < 0 && permit.Probe():
+		permit.Done(breaker.Ignored)
 	case failure:
 		permit.Done(breaker.Failure)
 	default:
@@ -266,6 +278,13 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 	if dl, ok := c.ctx.Deadline(); ok && time.Until(dl) <= wait {
 		return -1, c.stop(StopDeadline)
 	}
+	// An open breaker would refuse the retry after the wait: stop now,
+	// without spending the budget on it. (A breaker whose open interval
+	// has passed still reads Open until a call's Allow moves it on; that
+	// call, not this retry, becomes the probe.)
+	if c.brk != nil && c.brk.State() == breaker.Open {
+		return -1, c.stop(StopBreakerOpen)
+	}
 	if c.lim != nil && !c.lim.TryRetry() {
 		return -1, c.stop(StopBudget)
 	}
@@ -296,7 +315,11 @@ func (c *call) giveUp(reason StopReason) {
 	if c.st != nil {
 		c.st.gaveUp.Store(true)
 	}
-	c.observe(Event{Kind: EventRetryRefused, Attempt: c.attempt, Reason: reason})
+	code := codes.Unavailable // what an open breaker answers before any attempt
+	if c.last != nil {
+		code = status.Code(c.last)
+	}
+	c.observe(Event{Kind: EventRetryRefused, Attempt: c.attempt, Reason: reason, Code: code})
 }
 
 // sleepCtx waits for d or until ctx is done, whichever comes first.

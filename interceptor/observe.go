@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,14 +19,19 @@ const (
 	// EventAttemptStart: a client attempt is about to be sent (Attempt is
 	// its index, 0 for the first).
 	EventAttemptStart EventKind = iota + 1
-	// EventAttemptEnd: a client attempt ended with Code after Duration.
+	// EventAttemptEnd: a client attempt ended with Code after Duration
+	// (for a stream: its whole life, or until it failed before its commit).
 	EventAttemptEnd
 	// EventRetryScheduled: the client will retry after Delay; Attempt is
 	// the index of the retry.
 	EventRetryScheduled
 	// EventRetryRefused: the client stopped retrying a retryable failure
-	// for Reason (attempts used up, budget, breaker open, tier policy,
-	// pushback, deadline).
+	// (Code) for Reason: attempts used up, budget, breaker open, tier
+	// policy, pushback, deadline, or a stream that had committed. It also
+	// reports a call whose first attempt an open breaker refused (Attempt
+	// 0, Code Unavailable, no attempt events before it), and, with
+	// WithMaxAttempts(1), every retryable failure. A caller that cancels
+	// is not reported.
 	EventRetryRefused
 	// EventRequestReceived: a server received a request; Info holds what
 	// its metadata said (depth, the caller's attempt, upstream retries).
@@ -86,6 +92,20 @@ type Event struct {
 // (context.Background for breaker changes).
 type Observer interface {
 	Observe(ctx context.Context, e Event)
+}
+
+// Observers returns an Observer that passes every event to each of os in
+// turn, for using several (metrics and logs) at once.
+func Observers(os ...Observer) Observer {
+	return multiObserver(slices.Clone(os))
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Observe(ctx context.Context, e Event) {
+	for _, o := range m {
+		o.Observe(ctx, e)
+	}
 }
 
 // WithObserver reports events to o. Without it the interceptors report

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -123,5 +124,38 @@ func TestRangeLimiters(t *testing.T) {
 	})
 	if fmt.Sprint(targets) != "[passthrough:///payment]" || granted != 2 {
 		t.Fatalf("limiters: got %v with %d retries granted, want [passthrough:///payment] with 2", targets, granted)
+	}
+}
+
+// TestOpenBreakerStopsBeforeScheduling: when order's breaker opens on a
+// failed attempt, the retry is refused at once (no retry scheduled, no
+// budget spent, no wait), and the refusal carries the attempt's code.
+func TestOpenBreakerStopsBeforeScheduling(t *testing.T) {
+	log := &eventLog{}
+	set := mustSet(t, breaker.Config{ConsecutiveFailures: 1, Clock: frozen()})
+	var s sleeps
+	i := mustNew(t, s.option(), WithBreaker(set), WithBudget(budget.Config{Clock: frozen()}), WithObserver(named{log, "c"}))
+	f := &fakeInvoker{results: []error{errUnavailable}}
+	err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke)
+	want := []string{"c attempt_end #0 Unavailable", "c attempt_start #0", "c retry_refused circuit breaker open"}
+	if got := log.sorted(); !slices.Equal(got, want) {
+		t.Fatalf("events: got %q, want %q", got, want)
+	}
+	if len(f.seen) != 1 || len(s.d) != 0 || !errors.Is(err, breaker.ErrOpen) {
+		t.Fatalf("%d attempts, waits %v, err %v: want 1 attempt, no wait, ErrOpen", len(f.seen), s.d, err)
+	}
+	var granted int64
+	i.RangeLimiters(func(_ string, l budget.Limiter) bool { granted = l.Snapshot().Granted; return true })
+	if granted != 0 {
+		t.Fatalf("budget granted %d retries, want 0", granted)
+	}
+}
+
+func TestObservers(t *testing.T) {
+	a, b := &eventLog{}, &eventLog{}
+	o := Observers(named{a, "a"}, named{b, "b"})
+	o.Observe(context.Background(), Event{Kind: EventPushbackSent, Code: codes.Unavailable})
+	if len(a.sorted()) != 1 || len(b.sorted()) != 1 {
+		t.Fatalf("fan-out: got %v and %v, want one event each", a.sorted(), b.sorted())
 	}
 }
