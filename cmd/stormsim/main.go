@@ -1,0 +1,151 @@
+// Command stormsim is the demo of stormguard: it kills the payment service
+// of an edge -> gateway -> order -> payment chain and counts, mode by mode,
+// what every tier's retries do to it.
+//
+//	stormsim [flags]              the demo, in process (the default)
+//	stormsim serve --tier T ...   one tier of the chain as a process of its own
+//	stormsim load --target A ...  drive a gateway process and watch each tier
+//
+// Run "stormsim -h", "stormsim serve -h" or "stormsim load -h" for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stormsim:", err)
+		os.Exit(1)
+	}
+}
+
+// run runs the subcommand that args name, or the demo.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "serve":
+			return serve(ctx, args[1:], stdout, stderr)
+		case "load":
+			return load(ctx, args[1:], stdout, stderr)
+		}
+	}
+	return demo(ctx, args, stdout, stderr)
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// demo runs every mode in process and prints the table (or JSON) and
+// writes the chart.
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("stormsim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: stormsim [flags]\n       stormsim serve -h\n       stormsim load -h\n\n"+
+			"Kills the payment service of an in-process gateway -> order -> payment chain and counts,\n"+
+			"for each mode, the calls one user request causes, what sustained load does, and how\n"+
+			"long users need to succeed again once payment is back.\n\nModes:\n")
+		for _, m := range modes {
+			fmt.Fprintf(stderr, "  %-10s  %s\n", m.name, m.about)
+		}
+		fmt.Fprintf(stderr, "\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	modesFlag := fs.String("modes", strings.Join(modeNames(), ","), "comma-separated `modes` to run, in order")
+	users := fs.Int("users", 32, "concurrent users in the sustained and recovery phases")
+	duration := fs.Duration("duration", 2500*time.Millisecond, "length of the sustained phase of each mode")
+	flaky := fs.Float64("flaky", 0, "instead of killing payment, make it fail each call with `probability` p in (0, 1]")
+	seed := fs.Uint64("seed", 1, "seed of the random faults")
+	asJSON := fs.Bool("json", false, "print one JSON array, one object per mode, instead of the table")
+	chart := fs.String("chart", "stormsim.svg", "write the chart of calls per second at payment to `path` (.svg, .png, .pdf, ...); empty for none")
+	maxRecovery := fs.Duration("max-recovery", 8*time.Second, "how long to wait for recovery after payment is back")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (subcommands: serve, load)", fs.Arg(0))
+	}
+	ms, err := parseModes(*modesFlag)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *users < 1 || *users > 10000:
+		return fmt.Errorf("--users %d: want 1 to 10000", *users)
+	case *duration <= 0 || *duration > time.Hour:
+		return fmt.Errorf("--duration %v: want more than 0, at most 1h", *duration)
+	case !(*flaky >= 0 && *flaky <= 1):
+		return fmt.Errorf("--flaky %v: want a probability in [0, 1]", *flaky)
+	case *maxRecovery <= 0 || *maxRecovery > time.Hour:
+		return fmt.Errorf("--max-recovery %v: want more than 0, at most 1h", *maxRecovery)
+	}
+	if *chart != "" {
+		if _, err := chartFormat(*chart); err != nil {
+			return err
+		}
+	}
+	cfg := simConfig{
+		users:       *users,
+		duration:    *duration,
+		flaky:       *flaky,
+		seed:        *seed,
+		maxRecovery: *maxRecovery,
+		tail:        300 * time.Millisecond,
+	}
+
+	var p progress = noProgress{}
+	var b *bar
+	if isTerminal(stdout) && isTerminal(stderr) {
+		b = newBar(stderr, len(ms))
+		p = b
+	}
+	rs, err := simulate(ctx, cfg, ms, p)
+	if b != nil {
+		b.finish()
+	}
+	if err != nil {
+		return err
+	}
+
+	if *asJSON {
+		if err := writeJSON(stdout, rs); err != nil {
+			return err
+		}
+	} else if err := writeTable(stdout, cfg, ms, rs); err != nil {
+		return err
+	}
+	if *chart != "" {
+		title := "payment killed: calls per second at payment"
+		if cfg.flaky > 0 {
+			title = fmt.Sprintf("payment failing %.0f %% at random: calls per second at payment", cfg.flaky*100)
+		}
+		if err := writeChart(*chart, title, rs); err != nil {
+			return fmt.Errorf("chart: %w", err)
+		}
+		if !*asJSON {
+			fmt.Fprintf(stdout, "\nchart: %s\n", *chart)
+		}
+	}
+	return nil
+}

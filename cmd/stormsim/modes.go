@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
+	"google.golang.org/grpc"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/interceptor"
+)
+
+// Naive retries wait like a typical production config: exponential backoff
+// with jitter, 25 ms before the first retry and 50 ms before the second, each
+// +-20 % (go-grpc-middleware's BackoffExponentialWithJitter).
+const (
+	naiveBackoffBase   = 25 * time.Millisecond
+	naiveBackoffJitter = 0.2
+)
+
+// mode is one retry stack, put on every hop of the chain: dial gives the
+// client side of hop (0 is the edge client, hop i > 0 the client inside
+// tier i-1), server the server side of a tier. Each call builds fresh
+// interceptors, so that every hop has its own budget and breakers.
+type mode struct {
+	name   string
+	about  string
+	dial   func() ([]grpc.DialOption, error)
+	server func() ([]grpc.ServerOption, error) // nil: no server interceptor
+}
+
+var modes = []mode{
+	{
+		name:  "naive",
+		about: "go-grpc-middleware retry, WithMax(3) on every hop, exponential backoff 25 ms x 2^n +-20 % jitter",
+		dial:  naiveDial(3),
+	},
+	{
+		name:  "one-retry",
+		about: "go-grpc-middleware retry, WithMax(2) on every hop, same backoff",
+		dial:  naiveDial(2),
+	},
+	{
+		name:  "budget",
+		about: "stormguard client only: 3 attempts under a retry budget per hop; upstream retries ignored, no server interceptor",
+		dial: stormguardDial(func() ([]interceptor.Option, error) {
+			return []interceptor.Option{
+				interceptor.WithMaxAttempts(3),
+				interceptor.WithBudget(budget.Config{}),
+				interceptor.WithTierPolicy(func(_ interceptor.Info, configured int) int { return configured }),
+			}, nil
+		}),
+	},
+	{
+		name:   "tiered",
+		about:  "stormguard client and server: attempt metadata and don't-retry pushback, no budget or breaker",
+		dial:   stormguardDial(func() ([]interceptor.Option, error) { return nil, nil }),
+		server: stormguardServer,
+	},
+	{
+		name:  "stormguard",
+		about: "stormguard client and server with a retry budget and circuit breakers per hop (the recommended defaults)",
+		dial: stormguardDial(func() ([]interceptor.Option, error) {
+			set, err := breaker.NewSet(breaker.Config{}, 0)
+			if err != nil {
+				return nil, err
+			}
+			return []interceptor.Option{interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set)}, nil
+		}),
+		server: stormguardServer,
+	},
+}
+
+func modeNames() []string {
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = m.name
+	}
+	return names
+}
+
+func findMode(name string) (mode, error) {
+	for _, m := range modes {
+		if m.name == name {
+			return m, nil
+		}
+	}
+	return mode{}, fmt.Errorf("unknown mode %q (want one of %s)", name, strings.Join(modeNames(), ", "))
+}
+
+// parseModes reads a comma-separated list of mode names; "all" or an empty
+// list means every mode.
+func parseModes(s string) ([]mode, error) {
+	if s == "" || s == "all" {
+		return modes, nil
+	}
+	var out []mode
+	for name := range strings.SplitSeq(s, ",") {
+		m, err := findMode(strings.TrimSpace(name))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func naiveDial(maxAttempts uint) func() ([]grpc.DialOption, error) {
+	return func() ([]grpc.DialOption, error) {
+		return []grpc.DialOption{grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
+			retry.WithMax(maxAttempts),
+			retry.WithBackoff(retry.BackoffExponentialWithJitter(naiveBackoffBase, naiveBackoffJitter)),
+		))}, nil
+	}
+}
+
+func stormguardDial(opts func() ([]interceptor.Option, error)) func() ([]grpc.DialOption, error) {
+	return func() ([]grpc.DialOption, error) {
+		o, err := opts()
+		if err != nil {
+			return nil, err
+		}
+		ic, err := interceptor.New(o...)
+		if err != nil {
+			return nil, err
+		}
+		return ic.DialOptions(), nil
+	}
+}
+
+func stormguardServer() ([]grpc.ServerOption, error) {
+	ic, err := interceptor.New()
+	if err != nil {
+		return nil, err
+	}
+	return ic.ServerOptions(), nil
+}

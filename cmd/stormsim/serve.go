@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/stormguard/stormguard/internal/testsvc"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+)
+
+// connectParams make a restarted tier reachable again within tens of
+// milliseconds, as in the in-process chain (grpc-go's default backoff
+// grows to 2 minutes).
+var connectParams = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  10 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   100 * time.Millisecond,
+	},
+	MinConnectTimeout: time.Second,
+}
+
+// dial connects to a tier at addr over TCP with mode m's client side and
+// extra options after it.
+func dial(addr string, m mode, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	mopts, err := m.dial()
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(connectParams),
+	}
+	opts = append(append(opts, mopts...), extra...)
+	return grpc.NewClient("passthrough:///"+addr, opts...)
+}
+
+// serve runs one tier of the chain over TCP until ctx ends. It prints the
+// address it listens on as the first line of stdout.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("stormsim serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: stormsim serve --tier gateway|order|payment --listen ADDR [--next ADDR] [--mode MODE]\n\n"+
+			"Runs one tier of the chain as its own process and prints the address it listens on.\n"+
+			"Every tier but payment forwards each call to --next. Start payment, then order, then\n"+
+			"gateway, all with the same --mode; drive them with stormsim load.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	tier := fs.String("tier", "", "the tier to run: gateway, order or payment")
+	listen := fs.String("listen", "127.0.0.1:0", "TCP `address` to listen on (port 0 picks a free port)")
+	next := fs.String("next", "", "`address` of the next tier (gateway: order's, order: payment's)")
+	modeName := fs.String("mode", "stormguard", "retry stack on this tier: one of "+fmt.Sprint(modeNames()))
+	flaky := fs.Float64("flaky", 0, "fail each call with `probability` p in [0, 1]")
+	seed := fs.Uint64("seed", 1, "seed of the random faults")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	idx := slices.Index(testsvc.DefaultTiers, *tier)
+	last := len(testsvc.DefaultTiers) - 1
+	switch {
+	case idx < 0:
+		return fmt.Errorf("serve: --tier %q: want one of %v", *tier, testsvc.DefaultTiers)
+	case idx < last && *next == "":
+		return fmt.Errorf("serve: --tier %s needs --next, the address of %s", *tier, testsvc.DefaultTiers[idx+1])
+	case idx == last && *next != "":
+		return fmt.Errorf("serve: --tier %s is the last tier and takes no --next", *tier)
+	case !(*flaky >= 0 && *flaky <= 1):
+		return fmt.Errorf("serve: --flaky %v: want a probability in [0, 1]", *flaky)
+	}
+	m, err := findMode(*modeName)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+
+	var (
+		nextClient testsvcv1.TestServiceClient
+		sentTo     *testsvc.Tier // counts what this tier sends to the next
+	)
+	if *next != "" {
+		sentTo = testsvc.NewTier(testsvc.DefaultTiers[idx+1], nil, 0)
+		conn, err := dial(*next, m, sentTo.CountingDialOptions()...)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		defer conn.Close()
+		nextClient = testsvcv1.NewTestServiceClient(conn)
+	}
+	t := testsvc.NewTier(*tier, nextClient, *seed)
+	t.SetFlaky(*flaky)
+	opts := t.AdmissionOptions()
+	if m.server != nil {
+		sopts, err := m.server()
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		opts = append(opts, sopts...)
+	}
+	srv := grpc.NewServer(opts...)
+	t.Register(srv, sentTo)
+
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	fmt.Fprintln(stdout, lis.Addr().String())
+	fmt.Fprintf(stderr, "stormsim: %s (%s) listening on %s\n", *tier, m.name, lis.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	select {
+	case err := <-done:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Calls in flight get a moment to finish, then are cut.
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(requestTimeout):
+		srv.Stop()
+		<-stopped
+	}
+	<-done
+	return nil
+}
