@@ -1,0 +1,87 @@
+// Package stormotel records stormguard's interceptor events as OpenTelemetry
+// metrics, through the OTel metric API only: bring your own MeterProvider.
+//
+// Wire it once per process, before the interceptors and breaker sets that
+// report to it, then tell it which breaker sets and interceptors to watch
+// for the gauges:
+//
+//	m, err := stormotel.New(mp) // mp: your metric.MeterProvider
+//	set, err := breaker.NewSet(breaker.Config{OnStateChange: interceptor.BreakerObserver(m)}, 0)
+//	ic, err := interceptor.New(interceptor.WithObserver(m), interceptor.WithBreaker(set),
+//		interceptor.WithBudget(budget.Config{}))
+//	m.TrackBreakers(set)
+//	m.TrackLimiters(ic)
+//
+// To serve Prometheus, give New an SDK MeterProvider whose reader is the
+// OpenTelemetry Prometheus exporter (go.opentelemetry.io/otel/exporters/prometheus);
+// the dashboard in dashboards/ uses the names that exporter produces.
+//
+// # Instruments
+//
+// Attributes follow the OpenTelemetry semantic conventions for RPC as of
+// semconv v1.37.0 (the last version with these keys; v1.40.0 renamed them
+// to rpc.system.name and rpc.response.status_code): rpc.system is always
+// "grpc"; rpc.service and rpc.method come from the full method
+// "/pkg.Service/Method" split at its last slash ("pkg.Service", "Method");
+// a malformed full method is reported whole as rpc.method with no
+// rpc.service; rpc.grpc.status_code is the numeric gRPC code (14 for
+// UNAVAILABLE). Semantic conventions define no instruments for retries,
+// so every instrument is named under the "stormguard." prefix, which also
+// keeps them apart from otelgrpc's rpc.client.* and rpc.server.* if both
+// are installed.
+//
+// "rpc.*" below means rpc.system, rpc.service and rpc.method. The Prometheus
+// name column is the name the OTel Prometheus exporter (default translation,
+// UnderscoreEscapingWithSuffixes) gives the series; histograms add
+// _bucket, _sum and _count, and attribute keys become labels with dots
+// turned into underscores (stormguard.target -> stormguard_target).
+//
+//	| Instrument                                 | Kind                   | Unit         | Prometheus name                            | Attributes                                     | Meaning |
+//	|--------------------------------------------|------------------------|--------------|--------------------------------------------|------------------------------------------------|---------|
+//	| stormguard.client.attempts                 | Int64Counter           | {attempt}    | stormguard_client_attempts_total           | rpc.*, rpc.grpc.status_code                    | Client attempts that ended, first calls and retries alike, by code (EventAttemptEnd). |
+//	| stormguard.client.attempt.duration         | Float64Histogram       | s            | stormguard_client_attempt_duration_seconds | rpc.*, rpc.grpc.status_code                    | Duration of each client attempt (EventAttemptEnd). |
+//	| stormguard.client.retries                  | Int64Counter           | {retry}      | stormguard_client_retries_total            | rpc.*                                          | Retries scheduled: the "granted" outcome of a retry (EventRetryScheduled). |
+//	| stormguard.client.retry.refusals           | Int64Counter           | {refusal}    | stormguard_client_retry_refusals_total     | rpc.*, stormguard.reason                       | Retryable failures the client did not retry: the "refused" outcome, by reason (EventRetryRefused). |
+//	| stormguard.client.retry.delay              | Float64Histogram       | s            | stormguard_client_retry_delay_seconds      | rpc.*                                          | Wait before each scheduled retry (backoff or server pushback). |
+//	| stormguard.server.request.attempt          | Int64Histogram         | {attempt}    | stormguard_server_request_attempt          | rpc.*                                          | The caller's attempt index of each incoming request: 0 is a first call, 1 the first retry. The share above 0 is the share of load that is retries. |
+//	| stormguard.server.request.depth            | Int64Histogram         | {hop}        | stormguard_server_request_depth            | rpc.*                                          | Hops from the edge of each incoming request (0: this tier is the edge). |
+//	| stormguard.server.request.upstream_retries | Int64Histogram         | {retry}      | stormguard_server_request_upstream_retries | rpc.*                                          | Retries in progress above this tier for each incoming request, the caller's included; > 0 makes the default tier policy stop retrying here. |
+//	| stormguard.server.pushbacks                | Int64Counter           | {pushback}   | stormguard_server_pushbacks_total          | rpc.*, rpc.grpc.status_code                    | Answers sent with the "do not retry" trailer (grpc-retry-pushback-ms: -1), by code (EventPushbackSent). |
+//	| stormguard.breaker.state                   | Int64ObservableGauge   | {state}      | stormguard_breaker_state                   | stormguard.target                              | State of each breaker of the tracked sets: 0 closed, 1 half-open, 2 open (ordered by severity; not breaker.State's values). |
+//	| stormguard.breaker.transitions             | Int64Counter           | {transition} | stormguard_breaker_transitions_total       | stormguard.target, stormguard.breaker.to_state | Breaker state changes, by the state entered: closed, half_open, open (EventBreakerStateChange). |
+//	| stormguard.budget.ratio                    | Float64ObservableGauge | 1            | stormguard_budget_ratio                    | stormguard.target                              | Retries / first attempts in the current window of each retry budget of the tracked interceptors (budget.Snapshot.Ratio). |
+//	| stormguard.throttle.tokens                 | Float64ObservableGauge | {token}      | stormguard_throttle_tokens                 | stormguard.target                              | Tokens in each gRFC A6 throttle of the tracked interceptors; retries are allowed only above half of the capacity. |
+//
+// stormguard.reason takes these values (interceptor.StopReason):
+//
+//	attempts      StopAttempts      every allowed attempt was made
+//	budget        StopBudget        the retry budget or throttle refused
+//	breaker_open  StopBreakerOpen   the circuit breaker was open (also when it refused the first attempt)
+//	tier_policy   StopTierPolicy    a tier above is retrying, so this one may not
+//	pushback      StopPushback      the server answered "do not retry"
+//	deadline      StopDeadline      the caller's deadline ends before the retry could start
+//	committed     StopCommitted     a stream failed after its first response
+//	not_retryable, canceled, other  not reported by the interceptors today
+//
+// stormguard.target is the key of the budget or breaker: the client
+// connection's target, such as "dns:///payment:443" (with the method
+// appended under interceptor.WithPerMethodKeys).
+//
+// The gauges are read from the tracked breaker sets and interceptors when
+// the reader collects, not rebuilt from events: a process that restarts
+// reports only the breakers it has, and a breaker the set evicted
+// disappears instead of staying "open" forever. A key present in several
+// tracked sets reports its most severe state, and a target in several
+// tracked interceptors its highest ratio (or lowest token count). An open
+// breaker reports 2 until a call arrives after its open interval and turns
+// it half-open.
+//
+// # Cost
+//
+// Attribute sets are built once per method (for every code and reason) and
+// kept in a copy-on-write map, so Observe allocates nothing of its own;
+// with the SDK it makes no allocation per event at all (BenchmarkObserve).
+// At most MaxMethods distinct methods get their own attributes; further
+// methods are reported as rpc.method "_OTHER", so a client that sprays
+// unknown method names cannot grow the series without bound.
+package stormotel

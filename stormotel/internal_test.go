@@ -1,0 +1,82 @@
+package stormotel
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/stormguard/stormguard/interceptor"
+)
+
+func TestSplitMethod(t *testing.T) {
+	tests := []struct {
+		full, service, method string
+		ok                    bool
+	}{
+		{"/pkg.Service/Method", "pkg.Service", "Method", true},
+		{"/a.b.v1.S/M", "a.b.v1.S", "M", true},
+		{"/a/b/C", "a/b", "C", true},
+		{"pkg.Service/Method", "", "", false},
+		{"/pkg.Service/", "", "", false},
+		{"//Method", "", "", false},
+		{"/Method", "", "", false},
+		{"", "", "", false},
+	}
+	for _, tt := range tests {
+		s, m, ok := splitMethod(tt.full)
+		if s != tt.service || m != tt.method || ok != tt.ok {
+			t.Errorf("splitMethod(%q): got %q, %q, %v, want %q, %q, %v", tt.full, s, m, ok, tt.service, tt.method, tt.ok)
+		}
+	}
+}
+
+// TestMaxMethods: past MaxMethods distinct methods, the rest are counted
+// under rpc.method "_OTHER".
+func TestMaxMethods(t *testing.T) {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	m, err := New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const extra = 5
+	for i := range MaxMethods + extra {
+		m.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventRetryScheduled, Method: fmt.Sprintf("/pkg.S/M%d", i)})
+	}
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	points, other := 0, int64(0)
+	for _, sm := range rm.ScopeMetrics {
+		for _, met := range sm.Metrics {
+			if met.Name != "stormguard.client.retries" {
+				continue
+			}
+			for _, p := range met.Data.(metricdata.Sum[int64]).DataPoints {
+				points++
+				if v, _ := p.Attributes.Value(attribute.Key("rpc.method")); v.AsString() == "_OTHER" {
+					other = p.Value
+				}
+			}
+		}
+	}
+	if points != MaxMethods+1 || other != extra {
+		t.Fatalf("got %d series with %d retries under _OTHER, want %d series with %d", points, other, MaxMethods+1, extra)
+	}
+}
+
+func TestReasonNames(t *testing.T) {
+	seen := map[string]bool{}
+	for r := interceptor.StopReason(0); r <= interceptor.StopCommitted+1; r++ {
+		seen[reasonNames[reasonIndex(r)]] = true
+	}
+	if len(seen) != numReasons {
+		t.Fatalf("reasons reachable: %v, want all %d", seen, numReasons)
+	}
+}

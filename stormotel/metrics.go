@@ -1,0 +1,426 @@
+package stormotel
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"google.golang.org/grpc/codes"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/interceptor"
+)
+
+// ScopeName is the instrumentation scope of the meter stormotel uses.
+const ScopeName = "github.com/stormguard/stormguard/stormotel"
+
+// MaxMethods is the number of distinct full methods a Metrics reports
+// under their own names; later ones are reported as rpc.method "_OTHER".
+const MaxMethods = 1024
+
+// The attribute keys stormotel adds to the semantic conventions'.
+const (
+	// TargetKey is the key of a budget or breaker: the connection's
+	// target (and method, with interceptor.WithPerMethodKeys).
+	TargetKey = attribute.Key("stormguard.target")
+	// ReasonKey is why a client did not retry; see the package doc for
+	// the values.
+	ReasonKey = attribute.Key("stormguard.reason")
+	// ToStateKey is the state a breaker entered: "closed", "half_open"
+	// or "open".
+	ToStateKey = attribute.Key("stormguard.breaker.to_state")
+)
+
+// Breaker states as reported by stormguard.breaker.state, ordered by
+// severity.
+const (
+	StateClosed   = 0
+	StateHalfOpen = 1
+	StateOpen     = 2
+)
+
+// Metrics is an interceptor.Observer that records the interceptors' events
+// through the OpenTelemetry metric API, and reports the state of the
+// breakers and retry limiters it tracks as observable gauges. See the
+// package doc for the instruments.
+//
+// Install it with interceptor.WithObserver(m) on the client and server
+// interceptors and with interceptor.BreakerObserver(m) as the breaker
+// sets' OnStateChange, then call TrackBreakers and TrackLimiters for the
+// gauges. It is safe for concurrent use. Create it with New, once per
+// MeterProvider: two on one provider would report the gauges twice.
+type Metrics struct {
+	attempts        metric.Int64Counter
+	attemptDuration metric.Float64Histogram
+	retries         metric.Int64Counter
+	refusals        metric.Int64Counter
+	retryDelay      metric.Float64Histogram
+	serverAttempt   metric.Int64Histogram
+	serverDepth     metric.Int64Histogram
+	serverUpstream  metric.Int64Histogram
+	pushbacks       metric.Int64Counter
+	transitions     metric.Int64Counter
+	breakerState    metric.Int64ObservableGauge
+	budgetRatio     metric.Float64ObservableGauge
+	throttleTokens  metric.Float64ObservableGauge
+	reg             metric.Registration
+
+	// methods maps a full method to its attributes. It is replaced, never
+	// changed, so that Observe reads it without a lock; mu serializes
+	// the replacements.
+	methods atomic.Pointer[map[string]*methodAttrs]
+	mu      sync.Mutex
+	other   *methodAttrs // for methods past MaxMethods
+
+	trackMu  sync.Mutex // guards sets and limiters; held while collecting
+	sets     []*breaker.Set
+	limiters []*interceptor.Interceptors
+}
+
+var _ interceptor.Observer = (*Metrics)(nil)
+
+// Histogram bucket boundaries, given to the SDK as advice (a View can
+// override them).
+var (
+	// durationBounds are the semantic conventions' advice for RPC and
+	// HTTP durations.
+	durationBounds = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+	delayBounds    = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	attemptBounds  = []float64{0, 1, 2, 3, 4, 5, 10}
+	depthBounds    = []float64{0, 1, 2, 3, 4, 5, 6, 8, 10, 16, 32, 64}
+	upstreamBounds = []float64{0, 1, 2, 3, 5, 10, 100}
+)
+
+// New creates the instruments on a meter of mp named ScopeName. A nil mp
+// means the global MeterProvider (otel.GetMeterProvider). The error is the
+// first one the meter returned for an instrument.
+func New(mp metric.MeterProvider) (*Metrics, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	m := &Metrics{}
+	var errs []error
+	check := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	var err error
+	m.attempts, err = meter.Int64Counter("stormguard.client.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Client attempts that ended, first calls and retries alike, by gRPC code."))
+	check(err)
+	m.attemptDuration, err = meter.Float64Histogram("stormguard.client.attempt.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of each client attempt."), metric.WithExplicitBucketBoundaries(durationBounds...))
+	check(err)
+	m.retries, err = meter.Int64Counter("stormguard.client.retries", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries the client scheduled."))
+	check(err)
+	m.refusals, err = meter.Int64Counter("stormguard.client.retry.refusals", metric.WithUnit("{refusal}"),
+		metric.WithDescription("Retryable failures the client did not retry, by reason."))
+	check(err)
+	m.retryDelay, err = meter.Float64Histogram("stormguard.client.retry.delay", metric.WithUnit("s"),
+		metric.WithDescription("Wait before each scheduled retry."), metric.WithExplicitBucketBoundaries(delayBounds...))
+	check(err)
+	m.serverAttempt, err = meter.Int64Histogram("stormguard.server.request.attempt", metric.WithUnit("{attempt}"),
+		metric.WithDescription("The caller's attempt index of each incoming request: 0 for a first call, 1 for the first retry."),
+		metric.WithExplicitBucketBoundaries(attemptBounds...))
+	check(err)
+	m.serverDepth, err = meter.Int64Histogram("stormguard.server.request.depth", metric.WithUnit("{hop}"),
+		metric.WithDescription("Hops from the edge of each incoming request."), metric.WithExplicitBucketBoundaries(depthBounds...))
+	check(err)
+	m.serverUpstream, err = meter.Int64Histogram("stormguard.server.request.upstream_retries", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries in progress above this tier for each incoming request, the caller's included."),
+		metric.WithExplicitBucketBoundaries(upstreamBounds...))
+	check(err)
+	m.pushbacks, err = meter.Int64Counter("stormguard.server.pushbacks", metric.WithUnit("{pushback}"),
+		metric.WithDescription("Answers sent with the do-not-retry trailer, by gRPC code."))
+	check(err)
+	m.transitions, err = meter.Int64Counter("stormguard.breaker.transitions", metric.WithUnit("{transition}"),
+		metric.WithDescription("Circuit breaker state changes, by the state entered."))
+	check(err)
+	m.breakerState, err = meter.Int64ObservableGauge("stormguard.breaker.state", metric.WithUnit("{state}"),
+		metric.WithDescription("Circuit breaker state per target: 0 closed, 1 half-open, 2 open."))
+	check(err)
+	m.budgetRatio, err = meter.Float64ObservableGauge("stormguard.budget.ratio", metric.WithUnit("1"),
+		metric.WithDescription("Retries per first attempt in the retry budget's current window, per target."))
+	check(err)
+	m.throttleTokens, err = meter.Float64ObservableGauge("stormguard.throttle.tokens", metric.WithUnit("{token}"),
+		metric.WithDescription("Tokens in the retry throttle, per target; retries are allowed above half of the capacity."))
+	check(err)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	m.reg, err = meter.RegisterCallback(m.collect, m.breakerState, m.budgetRatio, m.throttleTokens)
+	if err != nil {
+		return nil, err
+	}
+	empty := map[string]*methodAttrs{}
+	m.methods.Store(&empty)
+	m.other = newMethodAttrs("_OTHER")
+	return m, nil
+}
+
+// Close unregisters the gauges' callback: the tracked breakers and limiters
+// are no longer read. Events are still recorded.
+func (m *Metrics) Close() error { return m.reg.Unregister() }
+
+// TrackBreakers reports the state of every breaker of sets in
+// stormguard.breaker.state, from the next collection on. Nil sets and sets
+// already tracked are ignored.
+func (m *Metrics) TrackBreakers(sets ...*breaker.Set) {
+	m.trackMu.Lock()
+	defer m.trackMu.Unlock()
+	for _, s := range sets {
+		if s != nil && !contains(m.sets, s) {
+			m.sets = append(m.sets, s)
+		}
+	}
+}
+
+// TrackLimiters reports the retry budgets (stormguard.budget.ratio) and
+// throttles (stormguard.throttle.tokens) of the interceptors is, per
+// target, from the next collection on. Nil and already tracked
+// interceptors are ignored.
+func (m *Metrics) TrackLimiters(is ...*interceptor.Interceptors) {
+	m.trackMu.Lock()
+	defer m.trackMu.Unlock()
+	for _, i := range is {
+		if i != nil && !contains(m.limiters, i) {
+			m.limiters = append(m.limiters, i)
+		}
+	}
+}
+
+func contains[T comparable](s []T, v T) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Observe records e. It implements interceptor.Observer.
+func (m *Metrics) Observe(ctx context.Context, e interceptor.Event) {
+	switch e.Kind {
+	case interceptor.EventAttemptEnd:
+		a := m.attrs(e.Method).code(e.Code)
+		m.attempts.Add(ctx, 1, a.add...)
+		m.attemptDuration.Record(ctx, e.Duration.Seconds(), a.rec...)
+	case interceptor.EventRetryScheduled:
+		a := &m.attrs(e.Method).base
+		m.retries.Add(ctx, 1, a.add...)
+		m.retryDelay.Record(ctx, e.Delay.Seconds(), a.rec...)
+	case interceptor.EventRetryRefused:
+		a := &m.attrs(e.Method).reasons[reasonIndex(e.Reason)]
+		m.refusals.Add(ctx, 1, a.add...)
+	case interceptor.EventRequestReceived:
+		a := &m.attrs(e.Method).base
+		m.serverAttempt.Record(ctx, int64(e.Info.Attempt), a.rec...)
+		m.serverDepth.Record(ctx, int64(e.Info.Depth), a.rec...)
+		m.serverUpstream.Record(ctx, int64(e.Info.UpstreamRetries), a.rec...)
+	case interceptor.EventPushbackSent:
+		a := m.attrs(e.Method).code(e.Code)
+		m.pushbacks.Add(ctx, 1, a.add...)
+	case interceptor.EventBreakerStateChange:
+		// Rare: no cache.
+		m.transitions.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target), ToStateKey.String(stateName(e.To))))
+	}
+}
+
+// attrOpts holds one precomputed attribute set as ready-made option
+// slices, so that recording allocates nothing: passing a fresh variadic
+// slice through the API's interfaces would escape to the heap.
+type attrOpts struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
+}
+
+func newAttrOpts(kvs ...attribute.KeyValue) attrOpts {
+	o := metric.WithAttributeSet(attribute.NewSet(kvs...))
+	return attrOpts{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+}
+
+// numCodes is the number of gRPC codes with precomputed attributes.
+const numCodes = int(codes.Unauthenticated) + 1
+
+// methodAttrs are the attribute sets of one full method: rpc.*, and
+// rpc.* with each code and with each reason.
+type methodAttrs struct {
+	rpc     []attribute.KeyValue
+	base    attrOpts
+	codes   [numCodes]attrOpts
+	reasons [numReasons]attrOpts
+}
+
+func newMethodAttrs(fullMethod string) *methodAttrs {
+	rpc := []attribute.KeyValue{semconv.RPCSystemGRPC}
+	if service, method, ok := splitMethod(fullMethod); ok {
+		rpc = append(rpc, semconv.RPCService(service), semconv.RPCMethod(method))
+	} else {
+		rpc = append(rpc, semconv.RPCMethod(fullMethod))
+	}
+	a := &methodAttrs{rpc: rpc, base: newAttrOpts(rpc...)}
+	with := func(kv attribute.KeyValue) attrOpts {
+		return newAttrOpts(append(rpc[:len(rpc):len(rpc)], kv)...)
+	}
+	for c := range a.codes {
+		a.codes[c] = with(semconv.RPCGRPCStatusCodeKey.Int(c))
+	}
+	for r := range a.reasons {
+		a.reasons[r] = with(ReasonKey.String(reasonNames[r]))
+	}
+	return a
+}
+
+// code returns the attributes with code c; codes past Unauthenticated are
+// not precomputed.
+func (a *methodAttrs) code(c codes.Code) *attrOpts {
+	if int(c) < numCodes {
+		return &a.codes[c]
+	}
+	o := newAttrOpts(append(a.rpc[:len(a.rpc):len(a.rpc)], semconv.RPCGRPCStatusCodeKey.Int(int(c)))...)
+	return &o
+}
+
+// splitMethod splits "/pkg.Service/Method" into "pkg.Service" and
+// "Method"; ok is false when fullMethod has another shape.
+func splitMethod(fullMethod string) (service, method string, ok bool) {
+	s, found := strings.CutPrefix(fullMethod, "/")
+	i := strings.LastIndexByte(s, '/')
+	if !found || i <= 0 || i == len(s)-1 {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+// attrs returns the attribute sets of fullMethod, creating them on first
+// use.
+func (m *Metrics) attrs(fullMethod string) *methodAttrs {
+	if a, ok := (*m.methods.Load())[fullMethod]; ok {
+		return a
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := *m.methods.Load()
+	if a, ok := old[fullMethod]; ok {
+		return a
+	}
+	if len(old) >= MaxMethods {
+		return m.other
+	}
+	a := newMethodAttrs(fullMethod)
+	next := make(map[string]*methodAttrs, len(old)+1)
+	maps.Copy(next, old)
+	next[fullMethod] = a
+	m.methods.Store(&next)
+	return a
+}
+
+// Reasons, as stormguard.reason values, indexed by reasonIndex.
+const numReasons = 10
+
+var reasonNames = [numReasons]string{
+	"other", "not_retryable", "attempts", "budget", "breaker_open",
+	"tier_policy", "pushback", "deadline", "canceled", "committed",
+}
+
+func reasonIndex(r interceptor.StopReason) int {
+	switch r {
+	case interceptor.StopNotRetryable:
+		return 1
+	case interceptor.StopAttempts:
+		return 2
+	case interceptor.StopBudget:
+		return 3
+	case interceptor.StopBreakerOpen:
+		return 4
+	case interceptor.StopTierPolicy:
+		return 5
+	case interceptor.StopPushback:
+		return 6
+	case interceptor.StopDeadline:
+		return 7
+	case interceptor.StopCanceled:
+		return 8
+	case interceptor.StopCommitted:
+		return 9
+	}
+	return 0
+}
+
+// stateValue maps a breaker state to the gauge's value.
+func stateValue(s breaker.State) int64 {
+	switch s {
+	case breaker.Closed:
+		return StateClosed
+	case breaker.HalfOpen:
+		return StateHalfOpen
+	}
+	return StateOpen // Open, and any unknown state: the safe side
+}
+
+func stateName(s breaker.State) string {
+	switch s {
+	case breaker.Closed:
+		return "closed"
+	case breaker.HalfOpen:
+		return "half_open"
+	case breaker.Open:
+		return "open"
+	}
+	return "unknown"
+}
+
+// collect reports the gauges of the tracked breakers and limiters.
+func (m *Metrics) collect(_ context.Context, o metric.Observer) error {
+	m.trackMu.Lock()
+	defer m.trackMu.Unlock()
+	if len(m.sets) > 0 {
+		states := map[string]int64{}
+		for _, s := range m.sets {
+			s.Range(func(key string, b *breaker.Breaker) bool {
+				v := stateValue(b.State())
+				if old, ok := states[key]; !ok || v > old {
+					states[key] = v
+				}
+				return true
+			})
+		}
+		for key, v := range states {
+			o.ObserveInt64(m.breakerState, v, metric.WithAttributes(TargetKey.String(key)))
+		}
+	}
+	if len(m.limiters) > 0 {
+		ratios, tokens := map[string]float64{}, map[string]float64{}
+		for _, i := range m.limiters {
+			i.RangeLimiters(func(target string, l budget.Limiter) bool {
+				s := l.Snapshot()
+				if s.MaxTokens > 0 { // a throttle
+					if old, ok := tokens[target]; !ok || s.Tokens < old {
+						tokens[target] = s.Tokens
+					}
+				} else if old, ok := ratios[target]; !ok || s.Ratio > old {
+					ratios[target] = s.Ratio
+				}
+				return true
+			})
+		}
+		for target, v := range ratios {
+			o.ObserveFloat64(m.budgetRatio, v, metric.WithAttributes(TargetKey.String(target)))
+		}
+		for target, v := range tokens {
+			o.ObserveFloat64(m.throttleTokens, v, metric.WithAttributes(TargetKey.String(target)))
+		}
+	}
+	return nil
+}

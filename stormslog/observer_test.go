@@ -1,0 +1,283 @@
+package stormslog_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/interceptor"
+	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/internal/testsvc"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+	"github.com/stormguard/stormguard/stormslog"
+)
+
+// The chain tests start gRPC servers and clients.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var fast = interceptor.WithBackoff(interceptor.Backoff{Base: time.Microsecond, Cap: time.Microsecond})
+
+// buffer collects the log output of every process.
+type buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *buffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := strings.TrimSuffix(b.b.String(), "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// newLogger returns a JSON logger at level into buf, without the time, and
+// with the retry delay (random below the 1µs cap) replaced by "d".
+func newLogger(buf *buffer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: level, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		switch {
+		case len(groups) == 0 && a.Key == slog.TimeKey:
+			return slog.Attr{}
+		case a.Key == "delay":
+			if d := a.Value.Duration(); d < 0 || d > time.Microsecond {
+				return slog.String("delay", "out of range: "+d.String())
+			}
+			return slog.String("delay", "d")
+		}
+		return a
+	}}))
+}
+
+// startChain runs gateway -> order -> payment with stormguard on every hop
+// and an Observer per process ("edge", "gateway", "order", "payment"),
+// logging with a proc attribute. opts adds client options per process.
+func startChain(t *testing.T, l *slog.Logger, opts func(proc string, o interceptor.Observer) []interceptor.Option) *testsvc.Chain {
+	t.Helper()
+	names := append([]string{"edge"}, testsvc.DefaultTiers...)
+	ics := map[string]*interceptor.Interceptors{}
+	for _, name := range names {
+		o := stormslog.New(l.With("proc", name))
+		all := []interceptor.Option{fast, interceptor.WithObserver(o)}
+		if opts != nil {
+			all = append(all, opts(name, o)...)
+		}
+		ic, err := interceptor.New(all...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ics[name] = ic
+	}
+	return testsvc.New(t, testsvc.Config{
+		DialOptions:   func(hop int) []grpc.DialOption { return ics[names[hop]].DialOptions() },
+		ServerOptions: func(tier int) []grpc.ServerOption { return ics[names[tier+1]].ServerOptions() },
+	})
+}
+
+func call(t *testing.T, c *testsvc.Chain, want codes.Code) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{})
+	if got := status.Code(err); got != want {
+		t.Fatalf("user got %v, want %v", err, want)
+	}
+}
+
+func checkLines(t *testing.T, buf *buffer, want []string) {
+	t.Helper()
+	got := buf.lines()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("log lines:\n got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+const unary = `"method":"/stormguard.testsvc.v1.TestService/Unary"`
+
+// refused is the line of a refusal; every refusal in these scenarios is of
+// an UNAVAILABLE failure (or, for an open breaker's first attempt, the
+// UNAVAILABLE the caller gets).
+func refused(level, proc, target, reason string, attempt, depth int) string {
+	return `{"level":"` + level + `","msg":"stormguard: retry refused","proc":"` + proc +
+		`","target":"passthrough:///` + target + `",` + unary + `,"reason":"` + reason +
+		`","attempt":` + itoa(attempt) + `,"depth":` + itoa(depth) + `,"code":"Unavailable"}`
+}
+
+func itoa(n int) string { return string(rune('0' + n)) } // single digits
+
+// The operator's view of one request with payment down, at the default
+// INFO level: order used its attempts; gateway and the edge were told not
+// to retry. One line per tier, innermost first.
+func TestPaymentDownOneRequest(t *testing.T) {
+	var buf buffer
+	c := startChain(t, newLogger(&buf, slog.LevelInfo), nil)
+	c.Tier("payment").SetDown(codes.Unavailable)
+	call(t, c, codes.Unavailable)
+	checkLines(t, &buf, []string{
+		refused("INFO", "order", "payment", "attempts", 3, 1),
+		refused("INFO", "gateway", "order", "pushback", 1, 0),
+		refused("INFO", "edge", "gateway", "pushback", 1, 0),
+	})
+}
+
+// At DEBUG, the scheduled retries and the pushbacks appear too.
+func TestPaymentDownDebug(t *testing.T) {
+	var buf buffer
+	c := startChain(t, newLogger(&buf, slog.LevelDebug), nil)
+	c.Tier("payment").SetDown(codes.Unavailable)
+	call(t, c, codes.Unavailable)
+	scheduled := func(attempt int) string {
+		return `{"level":"DEBUG","msg":"stormguard: retry scheduled","proc":"order","target":"passthrough:///payment",` +
+			unary + `,"attempt":` + itoa(attempt) + `,"depth":1,"delay":"d"}`
+	}
+	pushback := func(proc string, depth int) string {
+		return `{"level":"DEBUG","msg":"stormguard: pushback sent","proc":"` + proc + `",` + unary +
+			`,"depth":` + itoa(depth) + `,"attempt":0,"code":"Unavailable"}`
+	}
+	checkLines(t, &buf, []string{
+		scheduled(1),
+		scheduled(2),
+		refused("INFO", "order", "payment", "attempts", 3, 1),
+		pushback("order", 1),
+		refused("INFO", "gateway", "order", "pushback", 1, 0),
+		pushback("gateway", 0),
+		refused("INFO", "edge", "gateway", "pushback", 1, 0),
+	})
+}
+
+// Successful calls log nothing, even at DEBUG.
+func TestSuccessIsSilent(t *testing.T) {
+	var buf buffer
+	c := startChain(t, newLogger(&buf, slog.LevelDebug), nil)
+	for range 10 {
+		call(t, c, codes.OK)
+	}
+	checkLines(t, &buf, nil)
+}
+
+// A WARN-level logger shows only the budget's refusals: with a budget of
+// 0.5 retries per request without floor on a frozen clock, order's budget
+// refuses the second retry of request 1, the first of request 2, the
+// second of request 3 and the first of request 4 (see
+// stormotel.TestBudgetRefusals).
+func TestBudgetRefusalsAtWarn(t *testing.T) {
+	var buf buffer
+	c := startChain(t, newLogger(&buf, slog.LevelWarn), func(string, interceptor.Observer) []interceptor.Option {
+		return []interceptor.Option{interceptor.WithBudget(budget.Config{
+			Ratio: 0.5, NoFloor: true, Clock: clock.NewFake(time.Unix(1_000_000, 0)),
+		})}
+	})
+	c.Tier("payment").SetDown(codes.Unavailable)
+	for range 4 {
+		call(t, c, codes.Unavailable)
+	}
+	checkLines(t, &buf, []string{
+		refused("WARN", "order", "payment", "budget", 2, 1),
+		refused("WARN", "order", "payment", "budget", 1, 1),
+		refused("WARN", "order", "payment", "budget", 2, 1),
+		refused("WARN", "order", "payment", "budget", 1, 1),
+	})
+}
+
+// The breaker at order opens after 3 failures in a row (WARN), refuses the
+// next request outright (WARN), and after the open interval on the fake
+// clock, with payment back, goes half-open and closed (INFO).
+func TestBreakerLines(t *testing.T) {
+	var buf buffer
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	c := startChain(t, newLogger(&buf, slog.LevelInfo), func(proc string, o interceptor.Observer) []interceptor.Option {
+		if proc != "order" {
+			return nil
+		}
+		set, err := breaker.NewSet(breaker.Config{
+			ConsecutiveFailures: 3, OpenInterval: time.Second, Jitter: breaker.NoJitter, HalfOpenProbes: 1,
+			Clock: fc, OnStateChange: interceptor.BreakerObserver(o),
+		}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []interceptor.Option{interceptor.WithBreaker(set)}
+	})
+	pay := c.Tier("payment")
+	pay.SetDown(codes.Unavailable)
+	call(t, c, codes.Unavailable)
+	call(t, c, codes.Unavailable)
+	pay.SetUp()
+	fc.Advance(time.Second)
+	call(t, c, codes.OK)
+	change := func(level, from, to string) string {
+		return `{"level":"` + level + `","msg":"stormguard: circuit breaker state changed","proc":"order",` +
+			`"target":"passthrough:///payment","from":"` + from + `","to":"` + to + `"}`
+	}
+	checkLines(t, &buf, []string{
+		change("WARN", "closed", "open"),
+		refused("INFO", "order", "payment", "attempts", 3, 1),
+		refused("INFO", "gateway", "order", "pushback", 1, 0),
+		refused("INFO", "edge", "gateway", "pushback", 1, 0),
+		refused("WARN", "order", "payment", "breaker_open", 0, 1),
+		refused("INFO", "gateway", "order", "pushback", 1, 0),
+		refused("INFO", "edge", "gateway", "pushback", 1, 0),
+		change("INFO", "open", "half-open"),
+		change("INFO", "half-open", "closed"),
+	})
+}
+
+// WithLevel moves a reason to another level; events the package does not
+// log stay silent.
+func TestWithLevel(t *testing.T) {
+	var buf buffer
+	o := stormslog.New(newLogger(&buf, slog.LevelInfo), stormslog.WithLevel(interceptor.StopAttempts, slog.LevelDebug),
+		stormslog.WithLevel(interceptor.StopPushback, slog.LevelError))
+	ctx := context.Background()
+	for _, e := range []interceptor.Event{
+		{Kind: interceptor.EventRetryRefused, Target: "t", Method: "/p.S/M", Reason: interceptor.StopAttempts, Attempt: 3},
+		{Kind: interceptor.EventRetryRefused, Target: "t", Method: "/p.S/M", Reason: interceptor.StopPushback, Attempt: 1, Code: codes.Unavailable},
+		{Kind: interceptor.EventAttemptStart, Target: "t", Method: "/p.S/M"},
+		{Kind: interceptor.EventAttemptEnd, Target: "t", Method: "/p.S/M", Code: codes.Unavailable},
+		{Kind: interceptor.EventRequestReceived, Method: "/p.S/M"},
+	} {
+		o.Observe(ctx, e)
+	}
+	checkLines(t, &buf, []string{
+		`{"level":"ERROR","msg":"stormguard: retry refused","target":"t","method":"/p.S/M","reason":"pushback","attempt":1,"depth":0,"code":"Unavailable"}`,
+	})
+}
+
+// BenchmarkObserve: a refusal written as JSON, and an attempt's end, which
+// is never logged. Neither allocates in the Observer.
+func BenchmarkObserve(b *testing.B) {
+	o := stormslog.New(slog.New(slog.NewJSONHandler(io.Discard, nil)))
+	ctx := context.Background()
+	for _, e := range []interceptor.Event{
+		{Kind: interceptor.EventRetryRefused, Target: "dns:///payment", Method: "/p.S/M", Reason: interceptor.StopBudget, Attempt: 1},
+		{Kind: interceptor.EventAttemptEnd, Target: "dns:///payment", Method: "/p.S/M", Code: codes.Unavailable},
+	} {
+		b.Run(e.Kind.String(), func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					o.Observe(ctx, e)
+				}
+			})
+		})
+	}
+}
