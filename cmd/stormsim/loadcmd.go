@@ -57,7 +57,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	conn, err := dial(*target, m)
+	conn, err := dial(*target, m, nil)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}

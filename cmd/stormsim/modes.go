@@ -28,8 +28,8 @@ const (
 type mode struct {
 	name   string
 	about  string
-	dial   func() ([]grpc.DialOption, error)
-	server func() ([]grpc.ServerOption, error) // nil: no server interceptor
+	dial   func(tm *telemetry) ([]grpc.DialOption, error)
+	server func(tm *telemetry) ([]grpc.ServerOption, error) // nil: no server interceptor
 }
 
 var modes = []mode{
@@ -46,7 +46,7 @@ var modes = []mode{
 	{
 		name:  "budget",
 		about: "stormguard client only: 3 attempts under a retry budget per hop; upstream retries ignored, no server interceptor",
-		dial: stormguardDial(func() ([]interceptor.Option, error) {
+		dial: stormguardDial(func(*telemetry) ([]interceptor.Option, error) {
 			return []interceptor.Option{
 				interceptor.WithMaxAttempts(3),
 				interceptor.WithBudget(budget.Config{}),
@@ -57,17 +57,18 @@ var modes = []mode{
 	{
 		name:   "tiered",
 		about:  "stormguard client and server: attempt metadata and don't-retry pushback, no budget or breaker",
-		dial:   stormguardDial(func() ([]interceptor.Option, error) { return nil, nil }),
+		dial:   stormguardDial(func(*telemetry) ([]interceptor.Option, error) { return nil, nil }),
 		server: stormguardServer,
 	},
 	{
 		name:  "stormguard",
 		about: "stormguard client and server with a retry budget and circuit breakers per hop (the recommended defaults)",
-		dial: stormguardDial(func() ([]interceptor.Option, error) {
-			set, err := breaker.NewSet(breaker.Config{}, 0)
+		dial: stormguardDial(func(tm *telemetry) ([]interceptor.Option, error) {
+			set, err := breaker.NewSet(tm.breakerConfig(), 0)
 			if err != nil {
 				return nil, err
 			}
+			tm.trackBreakers(set)
 			return []interceptor.Option{interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set)}, nil
 		}),
 		server: stormguardServer,
@@ -108,8 +109,8 @@ func parseModes(s string) ([]mode, error) {
 	return out, nil
 }
 
-func naiveDial(maxAttempts uint) func() ([]grpc.DialOption, error) {
-	return func() ([]grpc.DialOption, error) {
+func naiveDial(maxAttempts uint) func(*telemetry) ([]grpc.DialOption, error) {
+	return func(*telemetry) ([]grpc.DialOption, error) {
 		return []grpc.DialOption{grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
 			retry.WithMax(maxAttempts),
 			retry.WithBackoff(retry.BackoffExponentialWithJitter(naiveBackoffBase, naiveBackoffJitter)),
@@ -117,22 +118,23 @@ func naiveDial(maxAttempts uint) func() ([]grpc.DialOption, error) {
 	}
 }
 
-func stormguardDial(opts func() ([]interceptor.Option, error)) func() ([]grpc.DialOption, error) {
-	return func() ([]grpc.DialOption, error) {
-		o, err := opts()
+func stormguardDial(opts func(*telemetry) ([]interceptor.Option, error)) func(*telemetry) ([]grpc.DialOption, error) {
+	return func(tm *telemetry) ([]grpc.DialOption, error) {
+		o, err := opts(tm)
 		if err != nil {
 			return nil, err
 		}
-		ic, err := interceptor.New(o...)
+		ic, err := interceptor.New(append(o, tm.options()...)...)
 		if err != nil {
 			return nil, err
 		}
+		tm.trackLimiters(ic)
 		return ic.DialOptions(), nil
 	}
 }
 
-func stormguardServer() ([]grpc.ServerOption, error) {
-	ic, err := interceptor.New()
+func stormguardServer(tm *telemetry) ([]grpc.ServerOption, error) {
+	ic, err := interceptor.New(tm.options()...)
 	if err != nil {
 		return nil, err
 	}

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,7 +229,7 @@ func TestProcesses(t *testing.T) {
 
 	// One request with payment killed.
 	pay.kill(t)
-	edge, err := dial(gw.addr, stormguard)
+	edge, err := dial(gw.addr, stormguard, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,4 +299,74 @@ func TestProcesses(t *testing.T) {
 		t.Errorf("order sent %d attempts for %d calls: more than 3 each", orderSent, orderReceived)
 	}
 	t.Logf("totals: gateway received %d, order received %d, order sent payment %d", gwReceived, orderReceived, orderSent)
+}
+
+// TestMetricsDuringOutage scrapes order's Prometheus endpoint while payment
+// is dead and finds what an operator would look for: refused retries by
+// reason and order's breaker for payment open.
+func TestMetricsDuringOutage(t *testing.T) {
+	bin := buildBinary(t)
+	ctx := ctxT(t, 2*time.Minute)
+	pay := startTier(t, bin, "payment", "127.0.0.1:0", "")
+	order := startProc(t, "order", bin, "serve", "--tier", "order", "--listen", "127.0.0.1:0",
+		"--next", pay.addr, "--metrics", "127.0.0.1:0")
+	order.addr = order.expect(t, 20*time.Second, "listen address", func(string) bool { return true })
+	metricsURL := strings.TrimPrefix(order.expect(t, 20*time.Second, "metrics URL", func(l string) bool {
+		return strings.HasPrefix(l, "metrics http://127.0.0.1:")
+	}), "metrics ")
+	gw := startTier(t, bin, "gateway", "127.0.0.1:0", order.addr)
+	pay.kill(t)
+
+	stormguard, err := findMode("stormguard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge, err := dial(gw.addr, stormguard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge.Close()
+	cl := testsvcv1.NewTestServiceClient(edge)
+	// 100 failed attempts open order's breaker; order makes up to 3 per
+	// request. 200 requests are more than enough, and each fails fast.
+	for range 200 {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cl.Unary(rctx, &testsvcv1.UnaryRequest{})
+		cancel()
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("with payment killed: got %v, want Unavailable", err)
+		}
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, metricsURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", metricsURL, err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: status %d, %v", metricsURL, resp.StatusCode, err)
+	}
+	text := string(body)
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^stormguard_client_retry_refusals_total\{[^}]*stormguard_reason="attempts"[^}]*\} [1-9]`),
+		regexp.MustCompile(`(?m)^stormguard_client_retry_refusals_total\{[^}]*stormguard_reason="breaker_open"[^}]*\} [1-9]`),
+		regexp.MustCompile(`(?m)^stormguard_breaker_state\{[^}]*stormguard_target="passthrough:///` + regexp.QuoteMeta(pay.addr) + `"[^}]*\} 2$`),
+		regexp.MustCompile(`(?m)^stormguard_breaker_transitions_total\{[^}]*stormguard_breaker_to_state="open"[^}]*\} [1-9]`),
+		regexp.MustCompile(`(?m)^stormguard_server_pushbacks_total\{[^}]*\} [1-9]`),
+	}
+	for _, re := range want {
+		if !re.MatchString(text) {
+			t.Errorf("order's metrics have no line matching %s", re)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scraped:\n%s", text)
+	}
 }

@@ -32,8 +32,8 @@ var connectParams = grpc.ConnectParams{
 
 // dial connects to a tier at addr over TCP with mode m's client side and
 // extra options after it.
-func dial(addr string, m mode, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	mopts, err := m.dial()
+func dial(addr string, m mode, tm *telemetry, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	mopts, err := m.dial(tm)
 	if err != nil {
 		return nil, err
 	}
@@ -51,8 +51,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("stormsim serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: stormsim serve --tier gateway|order|payment --listen ADDR [--next ADDR] [--mode MODE]\n\n"+
-			"Runs one tier of the chain as its own process and prints the address it listens on.\n"+
+		fmt.Fprintf(stderr, "Usage: stormsim serve --tier gateway|order|payment --listen ADDR [--next ADDR] [--mode MODE] [--metrics ADDR]\n\n"+
+			"Runs one tier of the chain as its own process and prints the address it listens on\n"+
+			"(and, with --metrics, a second line: metrics URL).\n"+
 			"Every tier but payment forwards each call to --next. Start payment, then order, then\n"+
 			"gateway, all with the same --mode; drive them with stormsim load.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -63,6 +64,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	modeName := fs.String("mode", "stormguard", "retry stack on this tier: one of "+fmt.Sprint(modeNames()))
 	flaky := fs.Float64("flaky", 0, "fail each call with `probability` p in [0, 1]")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (a loopback address)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,12 +89,25 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	var (
+		tm          *telemetry
+		metricsHere net.Addr
+	)
+	if *metricsAddr != "" {
+		var stop func()
+		tm, metricsHere, stop, err = serveMetrics(*metricsAddr)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		defer stop()
+	}
+
+	var (
 		nextClient testsvcv1.TestServiceClient
 		sentTo     *testsvc.Tier // counts what this tier sends to the next
 	)
 	if *next != "" {
 		sentTo = testsvc.NewTier(testsvc.DefaultTiers[idx+1], nil, 0)
-		conn, err := dial(*next, m, sentTo.CountingDialOptions()...)
+		conn, err := dial(*next, m, tm, sentTo.CountingDialOptions()...)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -103,7 +118,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	t.SetFlaky(*flaky)
 	opts := t.AdmissionOptions()
 	if m.server != nil {
-		sopts, err := m.server()
+		sopts, err := m.server(tm)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -118,6 +133,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, lis.Addr().String())
 	fmt.Fprintf(stderr, "stormsim: %s (%s) listening on %s\n", *tier, m.name, lis.Addr())
+	if metricsHere != nil {
+		fmt.Fprintf(stdout, "metrics http://%s/metrics\n", metricsHere)
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()
 	select {

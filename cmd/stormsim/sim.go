@@ -204,11 +204,11 @@ func startChain(m mode, seed uint64) (*testsvc.Chain, error) {
 	serve := make([][]grpc.ServerOption, tiers)
 	for i := range tiers {
 		var err error
-		if dial[i], err = m.dial(); err != nil {
+		if dial[i], err = m.dial(nil); err != nil {
 			return nil, err
 		}
 		if m.server != nil {
-			if serve[i], err = m.server(); err != nil {
+			if serve[i], err = m.server(nil); err != nil {
 				return nil, err
 			}
 		}

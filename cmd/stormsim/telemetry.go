@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/interceptor"
+	"github.com/stormguard/stormguard/stormotel"
+)
+
+// telemetry connects a tier's interceptors and breakers to stormotel. A
+// nil *telemetry does nothing: the in-process demo runs without metrics.
+type telemetry struct {
+	metrics *stormotel.Metrics
+}
+
+func (tm *telemetry) options() []interceptor.Option {
+	if tm == nil {
+		return nil
+	}
+	return []interceptor.Option{interceptor.WithObserver(tm.metrics)}
+}
+
+func (tm *telemetry) breakerConfig() breaker.Config {
+	if tm == nil {
+		return breaker.Config{}
+	}
+	return breaker.Config{OnStateChange: interceptor.BreakerObserver(tm.metrics)}
+}
+
+func (tm *telemetry) trackBreakers(s *breaker.Set) {
+	if tm != nil {
+		tm.metrics.TrackBreakers(s)
+	}
+}
+
+func (tm *telemetry) trackLimiters(ic *interceptor.Interceptors) {
+	if tm != nil {
+		tm.metrics.TrackLimiters(ic)
+	}
+}
+
+// serveMetrics serves the Prometheus text format at http://addr/metrics,
+// from an OpenTelemetry SDK whose reader is the OTel Prometheus exporter:
+// the library speaks the OTel API only, and the exporter is the bridge that
+// OTel maintains, so the names are the ones the dashboard in dashboards/
+// expects. addr must be a loopback address. It returns the telemetry to
+// wire into the tier, the address it listens on, and a stop function.
+func serveMetrics(addr string) (*telemetry, net.Addr, func(), error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--metrics %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, nil, nil, fmt.Errorf("--metrics %q: want a loopback address such as 127.0.0.1:9090", addr)
+	}
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	m, err := stormotel.New(mp)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Println("stormsim: metrics:", err)
+		}
+	}()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = m.Close()
+		_ = mp.Shutdown(ctx)
+	}
+	return &telemetry{metrics: m}, lis.Addr(), stop, nil
+}
