@@ -15,18 +15,19 @@ BENCHSTAT_VERSION          := v0.0.0-20260908200009-22c9c6c9d4da
 
 FUZZTIME ?= 5s
 
+.PHONY: bench-check
 .PHONY: all test vet fmt-check staticcheck unit fuzz-short proto proto-check lint bench demo tools clean
 
 all: test
 
 ## test: everything CI runs
-test: vet fmt-check staticcheck proto-check unit fuzz-short
+test: vet fmt-check staticcheck proto-check unit bench-check fuzz-short
 
 vet:
 	go vet ./...
 
 fmt-check:
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$') ); \
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 staticcheck: $(BIN)/staticcheck
@@ -34,6 +35,12 @@ staticcheck: $(BIN)/staticcheck
 
 unit:
 	go test -race -shuffle=on -timeout 8m ./...
+
+# The bench module (its own go.mod, so the peers stay out of ours): vet,
+# staticcheck and its wiring tests, so that a change of the library or of
+# internal/testsvc that breaks the comparison fails here, not in make bench.
+bench-check: $(BIN)/staticcheck
+	cd bench && go vet ./... && $(BIN)/staticcheck ./... && go test -race -count=1 ./...
 
 # Brief fuzzing of every parser; longer with FUZZTIME=1m.
 fuzz-short:
@@ -62,8 +69,20 @@ proto-check: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
 lint: vet fmt-check staticcheck
 	$(BIN)/buf lint
 
-bench:
-	go test -run '^$$' -bench . -benchmem ./budget/ ./breaker/ ./interceptor/
+# bench: the root micro-benchmarks, the scenario table of every retry stack
+# (bench/cmd/scenarios) and the happy-path overhead of every stack relative
+# to none (bench/, benchstat). Raw outputs go to $(BENCH_OUT).
+BENCH_COUNT ?= 6
+BENCH_OUT   ?= $(BIN)/bench-results
+
+bench: $(BIN)/benchstat
+	@mkdir -p $(BENCH_OUT)
+	@echo "## Micro-benchmarks: budget, breaker, interceptor"
+	go test -run '^$$' -bench . -benchmem ./budget/ ./breaker/ ./interceptor/ | tee $(BENCH_OUT)/micro.txt
+	cd bench && go run ./cmd/scenarios | tee $(BENCH_OUT)/scenarios.md
+	cd bench && go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) . | tee $(BENCH_OUT)/overhead.txt
+	@echo "## Happy-path overhead per stack, relative to none (benchstat -col /stack)"
+	$(BIN)/benchstat -col /stack $(BENCH_OUT)/overhead.txt | tee $(BENCH_OUT)/overhead-benchstat.txt
 
 demo:
 	go run ./cmd/stormsim

@@ -271,7 +271,12 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 	}
 	var wait time.Duration
 	if hasPB {
-		wait = min(time.Duration(pb)*time.Millisecond, c.cfg.backoff.withDefaults().Cap)
+		// The server's wait, bounded by the cap; compared in milliseconds
+		// first, since a huge pb would overflow time.Duration.
+		wait = c.cfg.backoff.withDefaults().Cap
+		if pb < wait.Milliseconds() {
+			wait = time.Duration(pb) * time.Millisecond
+		}
 	} else {
 		wait = c.cfg.backoff.Delay(c.attempt-1, c.cfg.rand(), c.prev)
 	}

@@ -226,7 +226,8 @@ func TestPushbackHonoured(t *testing.T) {
 	}{
 		{"0", 0},
 		{"200", 200 * time.Millisecond},
-		{"999999999", time.Second}, // bounded by the backoff cap
+		{"999999999", time.Second},           // bounded by the backoff cap
+		{"9223372036854775807", time.Second}, // no overflow into a negative wait
 	}
 	for _, tt := range tests {
 		t.Run(tt.pushback, func(t *testing.T) {
