@@ -2,8 +2,8 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 	"strconv"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -60,37 +60,26 @@ func (cl *client) callConfig(opts []grpc.CallOption) (*config, error) {
 }
 
 // unaryCall is the state of one unary call: the retry state, and the
-// call options with the trailer option added. It is pooled, so that a
-// call costs the interceptor no allocation of its own.
+// call options with the trailer option added, in one allocation. It is not
+// pooled: an interceptor further in that returned before its invoker did
+// could still write the trailer into it.
 type unaryCall struct {
 	call
 	trailer metadata.MD
 	opt     grpc.TrailerCallOption
-	opts    []grpc.CallOption
+	optsBuf [8]grpc.CallOption
 }
-
-var unaryPool = sync.Pool{New: func() any {
-	u := &unaryCall{opts: make([]grpc.CallOption, 0, 8)}
-	u.opt.TrailerAddr = &u.trailer
-	return u
-}}
 
 func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	cfg, err := cl.callConfig(opts)
 	if err != nil {
 		return err
 	}
-	u := unaryPool.Get().(*unaryCall)
-	defer func() {
-		u.call = call{}
-		u.trailer = nil
-		clear(u.opts[:cap(u.opts)])
-		u.opts = u.opts[:0]
-		unaryPool.Put(u)
-	}()
+	u := &unaryCall{}
+	u.opt.TrailerAddr = &u.trailer
+	opts = append(append(u.optsBuf[:0], opts...), &u.opt)
 	c := &u.call
 	c.init(ctx, cfg, cc.Target(), method)
-	u.opts = append(append(u.opts[:0], opts...), &u.opt)
 	for {
 		permit, err := c.admit()
 		if err != nil {
@@ -98,7 +87,9 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 		}
 		actx, cancel := c.attemptContext(true)
 		u.trailer = nil
-		err = invoker(actx, method, req, reply, cc, u.opts...)
+		err = invoker(actx, method, req, reply, cc, opts...)
+		// Only the attempt's own timer makes DeadlineExceeded retryable.
+		c.timedOut = cfg.perAttemptTimeout > 0 && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
 		cancel()
 		wait, err := c.after(permit, err, u.trailer)
 		if err != nil || wait < 0 {
@@ -128,6 +119,19 @@ type call struct {
 	prev    time.Duration
 	last    error
 	started time.Time // of the current attempt, when observed
+	// timedOut: the last attempt's own per-attempt timeout expired (unary
+	// only), which alone makes DeadlineExceeded retryable.
+	timedOut bool
+}
+
+// retryable reports whether an attempt that ended with code may be
+// retried: a configured code, or DeadlineExceeded from the attempt's own
+// timeout.
+func (c *call) retryable(code codes.Code) bool {
+	if code == codes.DeadlineExceeded {
+		return c.timedOut
+	}
+	return c.cfg.retries(code)
 }
 
 // init prepares c for a call to method of target and records the request
@@ -209,9 +213,11 @@ func (c *call) after(permit breaker.Permit, err error, trailer metadata.MD) (tim
 
 // settle reports the outcome of an attempt to the breaker (through its
 // permit) and to the limiter, and returns the attempt's pushback. Failures
-// are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED of the attempt
-// (not the caller's) and a "do not retry" pushback; a call whose caller is
-// gone counts for nothing; anything else shows a live target: success.
+// are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED of the attempt's
+// own timeout, and a retryable code answered with "do not retry"; a call
+// whose caller is gone counts for nothing; anything else, a "do not retry"
+// trailer on a success or on a code that is not retried included, shows a
+// live target: success.
 //
 // One exception: a half-open probe answered "do not retry" is Ignored. The
 // answer came from a live target whose own dependency failed (often a
@@ -229,13 +235,14 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	if c.cfg.observer != nil {
 		c.observe(Event{Kind: EventAttemptEnd, Attempt: c.attempt - 1, Code: code, Duration: time.Since(c.started)})
 	}
+	dontRetry := err != nil && hasPB && pb < 0
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
-		(code == codes.DeadlineExceeded && !callerDone) || (hasPB && pb < 0)
+		(code == codes.DeadlineExceeded && c.timedOut) || (dontRetry && c.retryable(code))
 	switch {
 	case callerDone && err != nil:
 		permit.Done(breaker.Ignored)
 		return pb, hasPB
-	case hasPB && pb < 0 && permit.Probe():
+	case dontRetry && permit.Probe():
 		permit.Done(breaker.Ignored)
 	case failure:
 		permit.Done(breaker.Failure)
@@ -259,7 +266,7 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 	switch {
 	case c.ctx.Err() != nil:
 		return -1, c.stop(StopCanceled)
-	case !c.cfg.isRetryable(status.Code(err)):
+	case !c.retryable(status.Code(err)):
 		return -1, c.stop(StopNotRetryable)
 	case hasPB && pb < 0:
 		return -1, c.stop(StopPushback)
@@ -290,6 +297,10 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 	if c.brk != nil && c.brk.State() == breaker.Open {
 		return -1, c.stop(StopBreakerOpen)
 	}
+	// The budget is asked before the wait, so that a refusal reaches the
+	// user at once. A retry that then never goes out (the caller cancels,
+	// the breaker opens meanwhile) stays counted: the budget errs towards
+	// fewer retries.
 	if c.lim != nil && !c.lim.TryRetry() {
 		return -1, c.stop(StopBudget)
 	}

@@ -26,7 +26,7 @@ const (
 	// StopBreakerOpen: the circuit breaker for the target is open.
 	StopBreakerOpen
 	// StopTierPolicy: the tier policy allowed fewer attempts than
-	// configured, because a tier above is already retrying.
+	// configured (by default because a tier above is already retrying).
 	StopTierPolicy
 	// StopPushback: the server answered "do not retry" (a negative
 	// grpc-retry-pushback-ms).
@@ -46,7 +46,7 @@ var stopReasonNames = map[StopReason]string{
 	StopAttempts:     "attempts used up",
 	StopBudget:       "retry budget exhausted",
 	StopBreakerOpen:  "circuit breaker open",
-	StopTierPolicy:   "tier policy: a tier above is retrying",
+	StopTierPolicy:   "tier policy allows fewer attempts",
 	StopPushback:     "server said do not retry",
 	StopDeadline:     "deadline too close to retry",
 	StopCanceled:     "caller's context done",

@@ -92,37 +92,41 @@ func FromContext(ctx context.Context) (Info, bool) {
 	return Info{}, false
 }
 
-// parseInfo reads the attempt metadata of an incoming request. Absent,
-// malformed, negative or overlong values count as zero; repeated keys take
-// the largest valid value; large values are clamped. So no header can make
-// this tier retry more than an honest one would.
-// get returns the values of a key, as metadata.MD.Get does.
+// parseInfo reads the attempt metadata of an incoming request through get,
+// which returns the values of a key as metadata.MD.Get does. Repeated keys
+// take the largest valid value, and large values are clamped. A key that is
+// present but malformed (negative, non-numeric, empty) counts as the
+// cautious value: a caller that is retrying (attempt and upstream retries
+// 1) at the deepest depth (MaxDepth). So no header can make this tier
+// retry more than an honest one would.
 func parseInfo(get func(key string) []string) Info {
-	attempt := max(maxValue(get(MetadataAttempt), MaxAttemptIndex),
-		maxValue(get(MetadataPreviousAttempts), MaxAttemptIndex))
+	attempt := max(cautious(get(MetadataAttempt), MaxAttemptIndex, 1),
+		cautious(get(MetadataPreviousAttempts), MaxAttemptIndex, 1))
 	return Info{
-		Depth:           maxValue(get(MetadataDepth), MaxDepth),
+		Depth:           cautious(get(MetadataDepth), MaxDepth, MaxDepth),
 		Attempt:         attempt,
-		UpstreamRetries: min(maxValue(get(MetadataUpstreamRetries), MaxUpstreamRetries)+attempt, MaxUpstreamRetries),
+		UpstreamRetries: min(cautious(get(MetadataUpstreamRetries), MaxUpstreamRetries, 1)+attempt, MaxUpstreamRetries),
 	}
+}
+
+// cautious returns the largest valid value among vals, clamped to limit,
+// or at least ifInvalid when any value is malformed; 0 when vals is empty.
+func cautious(vals []string, limit, ifInvalid int) int {
+	best := 0
+	for _, v := range vals {
+		n, ok := parseCount(v, limit)
+		if !ok {
+			n = ifInvalid
+		}
+		best = max(best, n)
+	}
+	return best
 }
 
 // incomingInfo parses the Info of the request ctx serves. It looks up the
 // four keys one by one rather than copying the whole incoming metadata.
 func incomingInfo(ctx context.Context) Info {
 	return parseInfo(func(key string) []string { return metadata.ValueFromIncomingContext(ctx, key) })
-}
-
-// maxValue returns the largest valid non-negative integer among vals,
-// clamped to limit; 0 when none is valid.
-func maxValue(vals []string, limit int) int {
-	best := 0
-	for _, v := range vals {
-		if n, ok := parseCount(v, limit); ok && n > best {
-			best = n
-		}
-	}
-	return best
 }
 
 // parseCount parses a small non-negative decimal. Values longer than

@@ -20,13 +20,15 @@ func TestParseInfo(t *testing.T) {
 		{"deep, retrying above", metadata.Pairs(MetadataDepth, "2", MetadataUpstreamRetries, "1", MetadataAttempt, "2"), Info{Depth: 2, Attempt: 2, UpstreamRetries: 3}},
 		{"grpc-go built-in retry", metadata.Pairs(MetadataPreviousAttempts, "2"), Info{Attempt: 2, UpstreamRetries: 2}},
 		{"both attempt keys: the larger", metadata.Pairs(MetadataPreviousAttempts, "1", MetadataAttempt, "3"), Info{Attempt: 3, UpstreamRetries: 3}},
-		{"negative", metadata.Pairs(MetadataDepth, "-4", MetadataAttempt, "-1", MetadataUpstreamRetries, "-9"), Info{}},
-		{"non-numeric", metadata.Pairs(MetadataDepth, "deep", MetadataAttempt, "0x1", MetadataUpstreamRetries, "1e3"), Info{}},
+		// Malformed values count as the cautious ones: deepest, retrying.
+		{"negative", metadata.Pairs(MetadataDepth, "-4", MetadataAttempt, "-1", MetadataUpstreamRetries, "-9"), Info{Depth: MaxDepth, Attempt: 1, UpstreamRetries: 2}},
+		{"non-numeric", metadata.Pairs(MetadataDepth, "deep", MetadataAttempt, "0x1", MetadataUpstreamRetries, "1e3"), Info{Depth: MaxDepth, Attempt: 1, UpstreamRetries: 2}},
 		{"huge digits clamp", metadata.Pairs(MetadataDepth, strings.Repeat("9", 4000), MetadataAttempt, "99999999999"), Info{Depth: MaxDepth, Attempt: MaxAttemptIndex, UpstreamRetries: MaxAttemptIndex}},
 		{"large clamps", metadata.Pairs(MetadataDepth, "1000", MetadataUpstreamRetries, "5000"), Info{Depth: MaxDepth, UpstreamRetries: MaxUpstreamRetries}},
-		{"repeated: the largest valid", metadata.MD{MetadataDepth: {"1", "x", "3", "-7"}}, Info{Depth: 3}},
+		{"repeated: the largest", metadata.MD{MetadataDepth: {"1", "3", "2"}}, Info{Depth: 3}},
+		{"repeated with a malformed one", metadata.MD{MetadataDepth: {"1", "x", "3"}}, Info{Depth: MaxDepth}},
 		{"spaces", metadata.Pairs(MetadataAttempt, " 2 "), Info{Attempt: 2, UpstreamRetries: 2}},
-		{"empty", metadata.Pairs(MetadataAttempt, ""), Info{}},
+		{"empty", metadata.Pairs(MetadataAttempt, ""), Info{Attempt: 1, UpstreamRetries: 1}},
 	}
 	for _, tt := range tests {
 		if got := parseInfo(mdGet(tt.md)); got != tt.want {

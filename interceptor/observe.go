@@ -69,7 +69,8 @@ type Event struct {
 	Target string
 	// Method is the full gRPC method, "/package.Service/Method".
 	Method string
-	// Attempt is the attempt index (client events).
+	// Attempt is the attempt index (client events); for
+	// EventRetryRefused, the number of attempts made.
 	Attempt int
 	// Code is the attempt's or the answer's code.
 	Code codes.Code

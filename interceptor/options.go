@@ -72,15 +72,10 @@ func codeBit(c codes.Code) uint64 {
 	return 1 << uint(c)
 }
 
-// isRetryable reports whether an attempt that ended with code may be
-// retried. DeadlineExceeded is, only under a per-attempt timeout (the
-// caller checks that its own context is still alive).
-func (c *config) isRetryable(code codes.Code) bool {
-	if code == codes.DeadlineExceeded {
-		return c.perAttemptTimeout > 0
-	}
-	return c.retryable&codeBit(code) != 0
-}
+// retries reports whether code is one of the configured retryable codes.
+// DeadlineExceeded never is: the client decides it per attempt (see
+// call.retryable).
+func (c *config) retries(code codes.Code) bool { return c.retryable&codeBit(code) != 0 }
 
 // newConfig applies opts to the defaults.
 func newConfig(opts []Option) (config, error) {
@@ -120,8 +115,9 @@ func WithMaxAttempts(n int) Option {
 
 // WithCodes sets the codes that are retried. Default: codes.Unavailable
 // only. DeadlineExceeded is never in the set: it is retried exactly when
-// a per-attempt timeout is set (WithPerAttemptTimeout) and the caller's own
-// context is still alive. Client side; usable per call.
+// the attempt's own timeout (WithPerAttemptTimeout) expired and the
+// caller's context is still alive. Client and server side: a server
+// answers "do not retry" only with these codes. Usable per call.
 func WithCodes(cs ...codes.Code) Option {
 	return Option{apply: func(c *config) error {
 		var set uint64
@@ -197,11 +193,11 @@ func WithLimiter(newLimiter func() budget.Limiter) Option {
 func withLimiters(newLimiter func() (budget.Limiter, error)) Option {
 	// Build one now, so that an invalid configuration is reported by New
 	// rather than on the first call.
-	first, err := newLimiter()
-	if err == nil && first == nil {
+	l, err := newLimiter()
+	if err == nil && l == nil {
 		err = errors.New("the limiter constructor returned nil")
 	}
-	set := &limiterSet{newLimiter: newLimiter, spare: first}
+	set := &limiterSet{newLimiter: newLimiter}
 	return Option{apply: func(c *config) error {
 		if err != nil {
 			return invalid("retry limiter: %v", err)
@@ -212,8 +208,9 @@ func withLimiters(newLimiter func() (budget.Limiter, error)) Option {
 }
 
 // WithBreaker puts every attempt behind a circuit breaker per target from
-// set. An open breaker fails the call at once with codes.Unavailable and
-// the "do not retry" mark. Nil turns breakers off. Client side.
+// set. An open breaker fails the call at once with codes.Unavailable (or,
+// when it refuses a retry, with the last attempt's code) and the "do not
+// retry" mark. Nil turns breakers off. Client side.
 func WithBreaker(set *breaker.Set) Option {
 	return Option{apply: func(c *config) error {
 		c.breakers = set
@@ -246,32 +243,21 @@ func WithUntrustedCallers() Option {
 type limiterSet struct {
 	newLimiter func() (budget.Limiter, error)
 	m          sync.Map // string -> budget.Limiter
-	mu         sync.Mutex
-	spare      budget.Limiter // made by withLimiters; used for the first key
 }
 
 func (s *limiterSet) get(key string) budget.Limiter {
 	if l, ok := s.m.Load(key); ok {
 		return l.(budget.Limiter)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l, ok := s.m.Load(key); ok {
-		return l.(budget.Limiter)
+	l, err := s.newLimiter()
+	if err != nil || l == nil {
+		// The constructor succeeded in withLimiters with the same input,
+		// so this is a custom limiter's bug: run without a limiter rather
+		// than fail calls.
+		return nil
 	}
-	l := s.spare
-	s.spare = nil
-	if l == nil {
-		var err error
-		if l, err = s.newLimiter(); err != nil || l == nil {
-			// The constructor succeeded once with the same input, so
-			// this is a bug in a custom limiter: run without one
-			// rather than fail calls.
-			return nil
-		}
-	}
-	s.m.Store(key, l)
-	return l
+	actual, _ := s.m.LoadOrStore(key, l)
+	return actual.(budget.Limiter)
 }
 
 // Range calls f for each key and limiter, for metrics.

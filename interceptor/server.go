@@ -31,6 +31,7 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 type server struct {
 	untrusted bool
 	observer  Observer
+	retryable uint64 // codes answered with "do not retry"; see WithCodes
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
@@ -49,9 +50,10 @@ func (s *server) begin(ctx context.Context, method string) *stateCtx {
 }
 
 // dontRetryNeeded reports whether the handler's error must carry the
-// "do not retry" trailer: one of its calls gave up on a retryable failure.
+// "do not retry" trailer: it has a retryable code, and one of the
+// handler's calls gave up on a retryable failure.
 func (s *server) dontRetryNeeded(sc *stateCtx, method string, err error) bool {
-	if err == nil || !sc.st.gaveUp.Load() {
+	if err == nil || s.retryable&codeBit(status.Code(err)) == 0 || !sc.st.gaveUp.Load() {
 		return false
 	}
 	if s.observer != nil {

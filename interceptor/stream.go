@@ -49,10 +49,11 @@ func WithReplayBufferSize(n int) Option {
 // stream. The per-attempt timeout does not apply to streams.
 //
 // The breaker sees each attempt once: Allow when it opens and the final
-// status when it ends. A half-open probe is the exception: it is reported
-// as a success as soon as the stream commits (the target answered), so
-// that a long-lived healthy stream does not hold one of the few probe
-// slots for its whole life.
+// status when it ends (an attempt its caller abandons counts for nothing).
+// A half-open probe is the exception: it is reported as a success as soon
+// as the target answers (a header or a message), so that a long-lived
+// healthy stream does not hold one of the few probe slots for its whole
+// life. DeadlineExceeded is never retried on a stream.
 //
 // Invalid options make every stream fail with codes.Internal; use New to
 // get the error at start-up.
@@ -74,11 +75,11 @@ func (cl *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, limit: cfg.replayLimit}
 	s.c.init(ctx, cfg, cc.Target(), method)
 	for {
-		wait, err := s.open()
-		if err != nil || wait < 0 {
+		started, wait, err := s.open()
+		if err != nil {
 			return nil, err
 		}
-		if wait == 0 {
+		if started {
 			return s, nil
 		}
 		if err := cfg.sleep(ctx, wait); err != nil {
@@ -106,36 +107,81 @@ type retryStream struct {
 	limit    int
 
 	sendMu     sync.Mutex
-	halfClosed bool  // CloseSend was called; guarded by sendMu
-	buf        []any // messages sent before the commit; guarded by sendMu
-	bufBytes   int   // guarded by sendMu
+	halfClosed bool            // CloseSend was called; guarded by sendMu
+	buf        []proto.Message // copies of the messages sent before the commit; guarded by sendMu
+	bufBytes   int             // guarded by sendMu
 
 	mu        sync.Mutex
-	cur       grpc.ClientStream
-	cancel    context.CancelFunc // ends cur's attempt
-	permit    breaker.Permit
+	cur       *streamAttempt
 	committed bool
 	finished  bool
 }
 
+// streamAttempt is one attempt of a stream: its gRPC stream, the cancel of
+// its context, and its breaker permit until the outcome is reported.
+type streamAttempt struct {
+	cs      grpc.ClientStream
+	cancel  context.CancelFunc
+	permit  breaker.Permit // guarded by retryStream.mu
+	settled bool           // the permit's outcome was reported; guarded by retryStream.mu
+}
+
+// take hands out a's permit for its outcome, once; later calls get the
+// zero Permit, whose Done does nothing.
+func (s *retryStream) take(a *streamAttempt) breaker.Permit {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a.settled {
+		return breaker.Permit{}
+	}
+	a.settled = true
+	return a.permit
+}
+
+// answered reports a half-open probe as a success as soon as the target
+// answered (a header or a message), so that a long-lived stream does not
+// hold one of the breaker's few probe slots for its whole life.
+func (s *retryStream) answered(a *streamAttempt) {
+	s.mu.Lock()
+	probe := !a.settled && a.permit.Probe()
+	if probe {
+		a.settled = true
+	}
+	s.mu.Unlock()
+	if probe {
+		a.permit.Done(breaker.Success)
+	}
+}
+
 // open starts one attempt and replays the buffered messages into it. It
-// returns a zero wait when the attempt is in place, a positive wait before
-// the next try when the attempt could not start, or a negative wait and the
-// final error.
-func (s *retryStream) open() (time.Duration, error) {
+// reports whether the attempt is in place; if not, the wait before the
+// next try, or the call's final error.
+func (s *retryStream) open() (started bool, wait time.Duration, err error) {
+	if s.isCommitted() {
+		// The replay buffer overflowed while a retry was waiting: what
+		// was sent can no longer be replayed.
+		return false, 0, s.c.stop(StopCommitted)
+	}
 	permit, err := s.c.admit()
 	if err != nil {
-		return -1, err
+		return false, 0, err
 	}
-	actx, cancelMeta := s.c.attemptContext(false)
-	actx, cancel := context.WithCancel(actx)
+	mctx, _ := s.c.attemptContext(false)
+	actx, cancel := context.WithCancel(mctx)
 	cs, err := s.streamer(actx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
 		cancel()
-		cancelMeta()
-		return s.c.after(permit, err, nil)
+		wait, err := s.c.after(permit, err, nil)
+		return false, wait, err
 	}
+	a := &streamAttempt{cs: cs, cancel: cancel, permit: permit}
 	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.isCommitted() {
+		cancel()
+		permit.Done(breaker.Ignored)
+		return false, 0, s.c.stop(StopCommitted)
+	}
 	// An error here means the attempt ended already; its status comes
 	// from RecvMsg, which then retries.
 	for _, m := range s.buf {
@@ -147,26 +193,28 @@ func (s *retryStream) open() (time.Duration, error) {
 		_ = cs.CloseSend()
 	}
 	s.mu.Lock()
-	s.cur, s.permit = cs, permit
-	s.cancel = func() { cancel(); cancelMeta() }
+	s.cur = a
 	s.mu.Unlock()
-	s.sendMu.Unlock()
-	return 0, nil
+	// An attempt abandoned by its caller (context cancelled, RecvMsg never
+	// called again) must not keep its permit: a half-open probe would hold
+	// its slot forever.
+	context.AfterFunc(actx, func() { s.take(a).Done(breaker.Ignored) })
+	return true, 0, nil
 }
 
-// commitLocked ends the retry window. Called with mu held.
-func (s *retryStream) commitLocked() {
-	if s.committed {
-		return
-	}
+func (s *retryStream) isCommitted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.committed
+}
+
+func (s *retryStream) commit() {
+	s.mu.Lock()
 	s.committed = true
-	if s.permit.Probe() {
-		s.permit.Done(breaker.Success)
-		s.permit = breaker.Permit{}
-	}
+	s.mu.Unlock()
 }
 
-func (s *retryStream) current() grpc.ClientStream {
+func (s *retryStream) current() *streamAttempt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur
@@ -178,38 +226,39 @@ func (s *retryStream) SendMsg(m any) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
-	committed, finished := s.committed, s.finished
-	cs := s.cur
+	committed, finished, a := s.committed, s.finished, s.cur
 	s.mu.Unlock()
 	if finished {
-		return cs.SendMsg(m)
+		return a.cs.SendMsg(m)
 	}
-	if !committed {
-		committed = !s.keep(m)
-	}
-	err := cs.SendMsg(m)
-	if errors.Is(err, io.EOF) && !committed {
+	kept := !committed && s.keep(m)
+	err := a.cs.SendMsg(m)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF) && kept:
 		// The attempt ended; RecvMsg will learn why and, if it retries,
 		// replay m with the rest.
 		return nil
+	case kept:
+		// m itself failed (too large, not encodable): the application
+		// sees the error, and a replay must not send m again.
+		s.buf = s.buf[:len(s.buf)-1]
+		s.bufBytes -= proto.Size(m.(proto.Message))
 	}
 	return err
 }
 
 // keep adds a copy of m to the replay buffer. It returns false, and
-// commits the stream, when m cannot be kept. Called with sendMu held.
+// commits the stream, when m cannot be kept: it is not a protobuf message,
+// or the buffer would outgrow its limit. Called with sendMu held.
 func (s *retryStream) keep(m any) bool {
 	pm, ok := m.(proto.Message)
-	if ok {
-		s.bufBytes += proto.Size(pm)
-	}
-	if !ok || s.bufBytes > s.limit {
+	if !ok || s.bufBytes+proto.Size(pm) > s.limit {
 		s.buf, s.bufBytes = nil, 0
-		s.mu.Lock()
-		s.commitLocked()
-		s.mu.Unlock()
+		s.commit()
 		return false
 	}
+	s.bufBytes += proto.Size(pm)
 	s.buf = append(s.buf, proto.Clone(pm))
 	return true
 }
@@ -219,99 +268,97 @@ func (s *retryStream) CloseSend() error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.halfClosed = true
-	return s.current().CloseSend()
+	return s.current().cs.CloseSend()
 }
 
 // Header returns the current attempt's header. Headers are the first sign
 // of a response: a stream whose header arrived is committed.
 func (s *retryStream) Header() (metadata.MD, error) {
-	md, err := s.current().Header()
+	a := s.current()
+	md, err := a.cs.Header()
 	if err == nil && md != nil {
-		s.mu.Lock()
-		s.commitLocked()
-		s.mu.Unlock()
+		s.commit()
+		s.answered(a)
 	}
 	return md, err
 }
 
 // Trailer returns the current attempt's trailer.
-func (s *retryStream) Trailer() metadata.MD { return s.current().Trailer() }
+func (s *retryStream) Trailer() metadata.MD { return s.current().cs.Trailer() }
 
 // Context returns the current attempt's context.
-func (s *retryStream) Context() context.Context { return s.current().Context() }
+func (s *retryStream) Context() context.Context { return s.current().cs.Context() }
 
 // RecvMsg receives from the current attempt. A retryable failure before
 // the commit starts the next attempt, which gets the buffered messages
 // again; the application sees only the final outcome.
 func (s *retryStream) RecvMsg(m any) error {
 	for {
-		cs := s.current()
-		err := cs.RecvMsg(m)
-		s.mu.Lock()
+		a := s.current()
+		err := a.cs.RecvMsg(m)
 		if err == nil {
-			s.commitLocked()
-			s.mu.Unlock()
+			s.commit()
+			s.answered(a)
+			if !s.desc.ServerStreams {
+				// The one response of a client stream: gRPC has seen
+				// the end of the stream too, so the call is over.
+				s.markFinished()
+				return s.end(a, nil)
+			}
 			return nil
 		}
-		if s.finished {
-			s.mu.Unlock()
+		s.mu.Lock()
+		finished, committed := s.finished, s.committed
+		s.finished = finished || committed || errors.Is(err, io.EOF)
+		s.mu.Unlock()
+		if finished {
 			return err
 		}
-		permit, committed := s.permit, s.committed
-		s.permit = breaker.Permit{}
-		if errors.Is(err, io.EOF) || committed {
-			s.finished = true
-			s.mu.Unlock()
-			return s.finish(permit, err, cs.Trailer())
+		if committed || errors.Is(err, io.EOF) {
+			return s.end(a, err)
 		}
-		s.mu.Unlock()
-		wait, final := s.c.after(permit, err, cs.Trailer())
-		for final == nil && wait >= 0 {
-			s.cancelCurrent()
+		wait, final := s.c.after(s.take(a), err, a.cs.Trailer())
+		for final == nil {
+			a.cancel()
 			if err := s.c.cfg.sleep(s.c.ctx, wait); err != nil {
 				final = s.c.stop(StopCanceled)
 				break
 			}
-			wait, final = s.open()
-			if final == nil && wait == 0 {
+			var started bool
+			if started, wait, final = s.open(); started {
 				break // a new attempt is in place: receive from it
 			}
 		}
 		if final != nil {
-			s.mu.Lock()
-			s.finished = true
-			s.mu.Unlock()
-			s.cancelCurrent()
+			s.markFinished()
+			s.current().cancel()
 			return final
 		}
 	}
 }
 
-// finish ends a stream that succeeded (io.EOF) or failed after its
-// commit: the outcome goes to the breaker and the limiter, and a retryable
-// failure that could not be retried marks the request this call serves.
-func (s *retryStream) finish(permit breaker.Permit, err error, trailer metadata.MD) error {
-	defer s.cancelCurrent()
-	if errors.Is(err, io.EOF) {
-		s.c.settle(permit, nil, trailer)
+func (s *retryStream) markFinished() {
+	s.mu.Lock()
+	s.finished = true
+	s.mu.Unlock()
+}
+
+// end finishes a stream that succeeded (err nil or io.EOF) or failed after
+// its commit: the outcome goes to the breaker and the limiter, and a
+// retryable failure that could no longer be retried marks the request
+// this call serves.
+func (s *retryStream) end(a *streamAttempt, err error) error {
+	defer a.cancel()
+	if err == nil || errors.Is(err, io.EOF) {
+		s.c.settle(s.take(a), nil, a.cs.Trailer())
 		return err
 	}
-	s.c.settle(permit, err, trailer)
-	if s.c.cfg.isRetryable(status.Code(err)) {
+	s.c.settle(s.take(a), err, a.cs.Trailer())
+	if s.c.retryable(status.Code(err)) {
 		s.c.last = err
 		s.c.giveUp(StopCommitted)
 	}
 	return err
-}
-
-func (s *retryStream) cancelCurrent() {
-	s.mu.Lock()
-	cancel := s.cancel
-	s.cancel = nil
-	s.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
 }
 
 // StreamServerInterceptor returns the server interceptor for streams: the

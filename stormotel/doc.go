@@ -57,7 +57,7 @@
 //	attempts      StopAttempts      every allowed attempt was made
 //	budget        StopBudget        the retry budget or throttle refused
 //	breaker_open  StopBreakerOpen   the circuit breaker was open (also when it refused the first attempt)
-//	tier_policy   StopTierPolicy    a tier above is retrying, so this one may not
+//	tier_policy   StopTierPolicy    the tier policy allows fewer attempts (by default: a tier above is retrying)
 //	pushback      StopPushback      the server answered "do not retry"
 //	deadline      StopDeadline      the caller's deadline ends before the retry could start
 //	committed     StopCommitted     a stream failed after its first response
