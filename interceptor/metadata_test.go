@@ -148,6 +148,9 @@ func TestParseTierPolicyConfig(t *testing.T) {
 		`{"deeperAttempts":-1}`,
 		`{"upstreamRetriedAttempts":-2}`,
 		`{"attemptsByDpeth":[3]}`, // unknown field: a typo must not pass silently
+		`{"deeperAttempts":102}`,
+		"deeperAttempts: 1_000_000_000_000_000_000\n",
+		strings.Repeat(" ", 64<<10+1),
 		`attemptsByDepth: three`,
 	} {
 		if _, err := ParseTierPolicyConfig([]byte(bad)); err == nil {

@@ -57,9 +57,16 @@ type TierPolicyConfig struct {
 	UpstreamRetriedAttempts int `json:"upstreamRetriedAttempts,omitempty"`
 }
 
+// maxPolicyBytes bounds the size of a tier policy file: a real one is a few
+// lines.
+const maxPolicyBytes = 64 << 10
+
 // ParseTierPolicyConfig reads a TierPolicyConfig from JSON or YAML, and
-// rejects unknown fields and invalid values.
+// rejects unknown fields, invalid values and inputs over 64 KiB.
 func ParseTierPolicyConfig(data []byte) (TierPolicyConfig, error) {
+	if len(data) > maxPolicyBytes {
+		return TierPolicyConfig{}, fmt.Errorf("stormguard: tier policy: %d bytes, want at most %d", len(data), maxPolicyBytes)
+	}
 	var cfg TierPolicyConfig
 	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
 		return TierPolicyConfig{}, fmt.Errorf("stormguard: tier policy: %w", err)
@@ -68,16 +75,20 @@ func ParseTierPolicyConfig(data []byte) (TierPolicyConfig, error) {
 }
 
 func (p TierPolicyConfig) validate() error {
+	const most = MaxAttemptIndex + 1 // the most WithMaxAttempts allows
+	if len(p.AttemptsByDepth) > MaxDepth+1 {
+		return fmt.Errorf("stormguard: tier policy: attemptsByDepth has %d entries, want at most %d (depths 0 to %d)", len(p.AttemptsByDepth), MaxDepth+1, MaxDepth)
+	}
 	for d, n := range p.AttemptsByDepth {
-		if n < 1 {
-			return fmt.Errorf("stormguard: tier policy: attemptsByDepth[%d] = %d, want >= 1", d, n)
+		if n < 1 || n > most {
+			return fmt.Errorf("stormguard: tier policy: attemptsByDepth[%d] = %d, want 1 to %d", d, n, most)
 		}
 	}
-	if p.DeeperAttempts < 0 {
-		return fmt.Errorf("stormguard: tier policy: deeperAttempts = %d, want >= 0", p.DeeperAttempts)
+	if p.DeeperAttempts < 0 || p.DeeperAttempts > most {
+		return fmt.Errorf("stormguard: tier policy: deeperAttempts = %d, want 0 to %d", p.DeeperAttempts, most)
 	}
-	if p.UpstreamRetriedAttempts < 0 {
-		return fmt.Errorf("stormguard: tier policy: upstreamRetriedAttempts = %d, want >= 0", p.UpstreamRetriedAttempts)
+	if p.UpstreamRetriedAttempts < 0 || p.UpstreamRetriedAttempts > most {
+		return fmt.Errorf("stormguard: tier policy: upstreamRetriedAttempts = %d, want 0 to %d", p.UpstreamRetriedAttempts, most)
 	}
 	return nil
 }
