@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/breaker"
-	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/internal/testsvc"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
@@ -172,12 +171,7 @@ func TestClientStreamSuccessIsReportedOverGRPC(t *testing.T) {
 // A stream abandoned before its commit (the caller cancels and never calls
 // RecvMsg again, as gRPC allows) held a half-open probe slot forever.
 func TestAbandonedStreamFreesProbe(t *testing.T) {
-	fc := clock.NewFake(time.Unix(0, 0))
-	set := mustSet(t, breaker.Config{MinimumCalls: 1, HalfOpenProbes: 1, Clock: fc, Jitter: breaker.NoJitter})
-	b := set.Get("passthrough:///payment")
-	p, _ := b.Allow()
-	p.Done(breaker.Failure)
-	fc.Advance(time.Minute)
+	set, b := halfOpenSet(t)
 
 	fs := &fakeStreamer{plans: []plan{{mode: "before", at: 100}}} // never answers
 	ctx, cancel := context.WithCancel(context.Background())
@@ -238,12 +232,7 @@ func TestCommitDuringBackoffStopsRetry(t *testing.T) {
 // A stream committed by its replay buffer, not by an answer, closed a
 // half-open breaker as if the target had answered.
 func TestBufferCommitIsNotAnAnswer(t *testing.T) {
-	fc := clock.NewFake(time.Unix(0, 0))
-	set := mustSet(t, breaker.Config{MinimumCalls: 1, HalfOpenProbes: 1, Clock: fc, Jitter: breaker.NoJitter})
-	b := set.Get("passthrough:///payment")
-	p, _ := b.Allow()
-	p.Done(breaker.Failure)
-	fc.Advance(time.Minute)
+	set, b := halfOpenSet(t)
 	fs := &fakeStreamer{plans: []plan{{mode: "before", at: 100}}} // hung target
 	cs, err := mustNew(t, WithBreaker(set), WithReplayBufferSize(4)).StreamClient()(ctxTimeout(t, 10*time.Second), bidiDesc, newCC(t), "/svc/Bidi", fs.streamer)
 	if err != nil {

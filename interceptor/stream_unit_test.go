@@ -135,6 +135,19 @@ func (fs *fakeStreamer) streamer(ctx context.Context, _ *grpc.StreamDesc, _ *grp
 	return s, nil
 }
 
+// halfOpenSet returns a breaker set whose breaker for the test target is
+// open with its interval passed: the next Allow is its one half-open probe.
+func halfOpenSet(t *testing.T) (*breaker.Set, *breaker.Breaker) {
+	t.Helper()
+	fc := clock.NewFake(time.Unix(0, 0))
+	set := mustSet(t, breaker.Config{MinimumCalls: 1, HalfOpenProbes: 1, Clock: fc, Jitter: breaker.NoJitter})
+	b := set.Get("passthrough:///payment")
+	p, _ := b.Allow()
+	p.Done(breaker.Failure)
+	fc.Advance(time.Minute)
+	return set, b
+}
+
 var bidiDesc = &grpc.StreamDesc{StreamName: "Bidi", ServerStreams: true, ClientStreams: true}
 
 // TestStreamInterleavings runs seeded random schedules of sends, receives,
@@ -246,12 +259,7 @@ func TestStreamCancelDuringBackoff(t *testing.T) {
 // stream frees its slot (and here closes the breaker) once the stream
 // commits, without waiting for the stream to end.
 func TestStreamProbeReleasedAtCommit(t *testing.T) {
-	fc := clock.NewFake(time.Unix(0, 0))
-	set := mustSet(t, breaker.Config{MinimumCalls: 1, HalfOpenProbes: 1, Clock: fc, Jitter: breaker.NoJitter})
-	b := set.Get("passthrough:///payment")
-	p, _ := b.Allow()
-	p.Done(breaker.Failure)
-	fc.Advance(time.Second) // the next Allow is a half-open probe
+	set, b := halfOpenSet(t)
 
 	ctx := ctxTimeout(t, 10*time.Second)
 	fs := &fakeStreamer{plans: []plan{{mode: "ok"}}}
