@@ -240,6 +240,12 @@ func (p Permit) Done(o Outcome) {
 	}
 }
 
+// doneClosed records a closed-state outcome. A result whose call straddled
+// a whole cycle of the breaker (open, half-open, closed again) between the
+// generation check below and the record can still land in the fresh
+// window; that needs a goroutine stalled for a whole open interval, and the
+// record cannot open the breaker by itself (open checks the generation
+// again).
 func (b *Breaker) doneClosed(w uint64, o Outcome) {
 	if o != Success && o != Failure || b.word.Load() != w {
 		return

@@ -833,3 +833,21 @@ func TestStress(t *testing.T) {
 	}
 	t.Logf("final %+v, %d state changes", s, changes.Load())
 }
+
+// TestClockBackKeepsOutcomes: outcomes recorded after the clock went back
+// count in the newest bucket, even when their slot of the ring holds an
+// older turn.
+func TestClockBackKeepsOutcomes(t *testing.T) {
+	b, clk := newTest(t, Config{MinimumCalls: 20})
+	clk.Advance(25*time.Second + 500*time.Millisecond)
+	calls(t, b, 1, Success)        // bucket 25
+	clk.Advance(-12 * time.Second) // 13.5 s: its slot holds an older turn
+	for range 30 {
+		if !call(t, b, Failure) {
+			break
+		}
+	}
+	if s := b.Snapshot(); b.State() != Open || s.TimesOpened != 1 {
+		t.Fatalf("failures after the clock went back were lost: state %v, %+v", b.State(), s)
+	}
+}

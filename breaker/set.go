@@ -90,6 +90,7 @@ func (s *Set) insert(key string) *Breaker {
 // victim returns the index in s.ring of the breaker to evict. s.mu is held.
 func (s *Set) victim() int {
 	n := len(s.ring)
+	firstClosed := -1
 	// Two rounds: the first may only clear used bits.
 	for range 2 * n {
 		i := s.hand
@@ -98,11 +99,19 @@ func (s *Set) victim() int {
 		if e.b.State() != Closed {
 			continue
 		}
+		if firstClosed < 0 {
+			firstClosed = i
+		}
 		if e.used.Load() {
 			e.used.Store(false)
 			continue
 		}
 		return i
+	}
+	if firstClosed >= 0 {
+		// Every closed breaker was used again while the hand went round
+		// twice: evict one of them all the same, never an open one.
+		return firstClosed
 	}
 	// Every breaker is open or half-open.
 	i := s.hand

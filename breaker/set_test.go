@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stormguard/stormguard/internal/clock"
@@ -198,5 +199,40 @@ func TestNewSetValidation(t *testing.T) {
 	}
 	if _, err := NewSet(Config{Window: 1}, 10); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("bad config: got %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestSetNeverEvictsOpenWhileClosedExist: busy closed keys whose used bits
+// are set again between the hand's two rounds must not make the set evict
+// the open breaker instead.
+func TestSetNeverEvictsOpenWhileClosedExist(t *testing.T) {
+	s, _ := newTestSet(t, Config{ConsecutiveFailures: 1}, 4)
+	dead := s.Get("dead")
+	p, _ := dead.Allow()
+	p.Done(Failure)
+	wantState(t, dead, Open)
+	for i := range 3 {
+		s.Get("hot" + strconv.Itoa(i))
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for !stop.Load() {
+				s.Range(func(k string, _ *Breaker) bool {
+					if k != "dead" {
+						s.Get(k) // every closed key in the set is in use
+					}
+					return true
+				})
+			}
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	for i := range 20000 {
+		s.Get("new" + strconv.Itoa(i))
+		if v, ok := s.m.Load("dead"); !ok || v.(*entry).b != dead {
+			t.Fatalf("after %d inserts the open breaker was evicted while closed ones were in the set", i+1)
+		}
 	}
 }

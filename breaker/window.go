@@ -23,16 +23,33 @@ const (
 // window is a ring of buckets. Recording is lock-free; a bucket whose
 // slice of time has passed is reset under the breaker's mutex, which
 // happens once per bucket width at most. A clock that goes back is
-// survived: its outcomes count in the newest bucket.
+// survived: time is taken as the latest bucket index seen (last), so its
+// outcomes count in the newest bucket.
 type window struct {
-	width   int64 // nanoseconds per bucket
+	width   int64        // nanoseconds per bucket
+	last    atomic.Int64 // highest bucket index seen; never decreases
 	buckets [windowBuckets]bucket
+}
+
+// index returns the bucket index of elapsed time el, never less than one
+// seen before, and records it as the latest.
+func (w *window) index(el int64) int64 {
+	idx := el / w.width
+	for {
+		last := w.last.Load()
+		if idx <= last {
+			return last
+		}
+		if w.last.CompareAndSwap(last, idx) {
+			return idx
+		}
+	}
 }
 
 // record adds one call, a failure if failed, at elapsed time el >= 0. mu
 // is taken only to reset a stale bucket.
 func (w *window) record(el int64, failed bool, mu *sync.Mutex) {
-	idx := el / w.width
+	idx := w.index(el)
 	bk := &w.buckets[idx%windowBuckets]
 	if bk.epoch.Load() < idx {
 		mu.Lock()
@@ -53,10 +70,7 @@ func (w *window) record(el int64, failed bool, mu *sync.Mutex) {
 
 // sum returns the calls and failures in the window that ends at el.
 func (w *window) sum(el int64) (calls, failures int64) {
-	hi := el / w.width
-	for i := range w.buckets {
-		hi = max(hi, w.buckets[i].epoch.Load())
-	}
+	hi := w.index(el)
 	for i := range w.buckets {
 		bk := &w.buckets[i]
 		if bk.epoch.Load() > hi-windowBuckets {

@@ -87,7 +87,9 @@ type Config struct {
 // requests and retries of the current bucket and the 9 before it, so an
 // event stops counting between 0.9 x Window and Window after it was
 // recorded. When calls do not overlap, every decision is exact for that
-// window. Requests expire before the retries they allowed, so a later
+// window: it is made in integer millionths, with Ratio and the floor
+// rounded to six decimal places (so 0.07 x 100 allows 7 retries, not the 8
+// that float64's 7.000000000000001 would). Requests expire before the retries they allowed, so a later
 // window can hold more retries than its own requests allow; what holds for
 // every 10 consecutive buckets is retries <= ceil(Ratio x requests + floor)
 // with requests counted over those buckets and the 9 before them. Under
@@ -111,10 +113,13 @@ type Budget struct {
 	clk   Clock
 	sys   bool // clk is the system clock: use time.Since, one clock read
 	start time.Time
-	width int64   // bucket length in nanoseconds
-	ratio float64 // Config.Ratio after defaults
-	floor float64 // retries the floor allows per window
-	cfg   Config  // the resolved config, for Config()
+	width int64 // bucket length in nanoseconds
+	// The decision is made in integers, in millionths, so that it is
+	// exact: ratio x requests + floor, with ratio and floor rounded to six
+	// decimal places.
+	ratioPPM int64  // Config.Ratio after defaults, x 1e6
+	floorPPM int64  // retries the floor allows per window, x 1e6
+	cfg      Config // the resolved config, for Config()
 
 	_    [64]byte
 	last atomic.Int64 // highest bucket index seen; never decreases
@@ -142,11 +147,11 @@ func New(cfg Config) (*Budget, error) {
 		return nil, err
 	}
 	b := &Budget{
-		clk:   cfg.Clock,
-		width: int64(cfg.Window / numBuckets),
-		ratio: cfg.Ratio,
-		floor: cfg.MinRetriesPerSecond * cfg.Window.Seconds(),
-		cfg:   cfg,
+		clk:      cfg.Clock,
+		width:    int64(cfg.Window / numBuckets),
+		ratioPPM: int64(math.Round(cfg.Ratio * 1e6)),
+		floorPPM: int64(math.Round(cfg.MinRetriesPerSecond * cfg.Window.Seconds() * 1e6)),
+		cfg:      cfg,
 	}
 	_, b.sys = b.clk.(clock.Real)
 	b.start = b.clk.Now()
@@ -215,7 +220,7 @@ func (b *Budget) TryRetry() bool {
 		// retry; the other nine buckets are read as they are.
 		requests, retries := b.sums(idx, true)
 		retries += int64(next&countMask) - 1
-		if float64(retries) >= b.ratio*float64(requests)+b.floor {
+		if retries*1e6 >= b.ratioPPM*requests+b.floorPPM {
 			b.refused.Add(1)
 			return false
 		}

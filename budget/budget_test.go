@@ -362,3 +362,24 @@ func TestSnapshotRatio(t *testing.T) {
 		t.Errorf("RecordOutcome changed the snapshot: got %+v, want %+v", s2, s)
 	}
 }
+
+// TestExactRatio: the decision is exact in decimal: 0.07 x 100 requests
+// allows 7 retries (float64 makes it 7.000000000000001 and would allow 8).
+func TestExactRatio(t *testing.T) {
+	b, err := New(Config{Ratio: 0.07, NoFloor: true, Clock: clock.NewFake(time.Unix(0, 0))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		b.RecordRequest()
+	}
+	granted := 0
+	for range 20 {
+		if b.TryRetry() {
+			granted++
+		}
+	}
+	if granted != 7 {
+		t.Fatalf("granted %d retries for 100 requests at ratio 0.07, want 7", granted)
+	}
+}

@@ -91,6 +91,11 @@ func TestPropertyBudgetBound(t *testing.T) {
 			return requests, retries
 		}
 		window := func(k int64) (requests, retries int64) { return span(k, numBuckets) }
+		// The documented decision, in integer millionths: a retry is
+		// granted iff retries < Ratio x requests + floor, exactly.
+		ratioPPM, floorPPM := int64(math.Round(p.Ratio*1e6)), int64(math.Round(floor*1e6))
+		allowedPPM := func(requests int64) int64 { return ratioPPM*requests + floorPPM }
+		ceilRetries := func(requests int64) int64 { return (allowedPPM(requests) + 1e6 - 1) / 1e6 }
 		for i, op := range s {
 			arg := time.Duration(op >> 4)
 			switch op % 16 {
@@ -100,7 +105,7 @@ func TestPropertyBudgetBound(t *testing.T) {
 			case 6, 7, 8, 9, 10:
 				k := int64(latest) / width
 				requests, retries := window(k)
-				want := float64(retries) < p.Ratio*float64(requests)+floor
+				want := retries*1e6 < allowedPPM(requests)
 				if got := b.TryRetry(); got != want {
 					t.Logf("step %d: TryRetry = %v, want %v (bucket %d, %d requests, %d retries)", i, got, want, k, requests, retries)
 					return false
@@ -108,7 +113,7 @@ func TestPropertyBudgetBound(t *testing.T) {
 				if want {
 					events = append(events, event{bucket: k, retry: true})
 					snap := b.Snapshot()
-					if limit := math.Ceil(p.Ratio*float64(snap.Requests) + floor + 1e-9); float64(snap.Retries) > limit {
+					if limit := ceilRetries(snap.Requests); snap.Retries > limit {
 						t.Logf("step %d: after a grant, %d retries for %d requests, limit %v", i, snap.Retries, snap.Requests, limit)
 						return false
 					}
@@ -135,7 +140,7 @@ func TestPropertyBudgetBound(t *testing.T) {
 			for k := e.bucket; k < e.bucket+numBuckets; k++ {
 				_, retries := window(k)
 				requests, _ := span(k, 2*numBuckets-1)
-				if limit := math.Ceil(p.Ratio*float64(requests) + floor + 1e-9); float64(retries) > limit {
+				if limit := ceilRetries(requests); retries > limit {
 					t.Logf("window ending at bucket %d: %d retries for %d requests in 19 buckets, limit %v", k, retries, requests, limit)
 					return false
 				}
