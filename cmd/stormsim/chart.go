@@ -46,7 +46,9 @@ func rates(s []sample) plotter.XYs {
 // mode, with the kill and each mode's restart marked, and writes it to path
 // in the format its extension names. It writes a temporary file next to
 // path and renames it, so a reader never sees half a chart.
-func writeChart(path, title string, rs []result) error {
+// broke and back name the two marks: "payment killed" and "payment
+// restarted", or for --flaky "payment failing" and "payment healthy".
+func writeChart(path, title, broke, back string, rs []result) error {
 	format, err := chartFormat(path)
 	if err != nil {
 		return err
@@ -84,7 +86,7 @@ func writeChart(path, title string, rs []result) error {
 	kill.Width = vg.Points(1)
 	kill.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(kill)
-	p.Legend.Add("payment killed", kill)
+	p.Legend.Add(broke, kill)
 
 	// Each mode restarts payment when its sustained phase has drained: a
 	// triangle on the mode's line.
@@ -107,7 +109,7 @@ func writeChart(path, title string, rs []result) error {
 		if i == 0 {
 			legend := *mark
 			legend.GlyphStyle.Color = color.Black
-			p.Legend.Add("payment restarted", &legend)
+			p.Legend.Add(back, &legend)
 		}
 	}
 	p.X.Min = -0.2
@@ -133,4 +135,15 @@ func writeChart(path, title string, rs []result) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// checkWritableDir reports whether a file can be created next to path.
+func checkWritableDir(path string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".stormsim-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
 }

@@ -54,13 +54,6 @@ func (r *recorder) add(start time.Time, ok bool) {
 
 func (r *recorder) requests() int64 { return r.ok.Load() + r.failed.Load() }
 
-// len returns the number of outcomes so far.
-func (r *recorder) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.outcomes)
-}
-
 // since returns the outcomes from index i on.
 func (r *recorder) since(i int) []outcome {
 	r.mu.Lock()
@@ -172,7 +165,7 @@ func (u *users) stop() {
 func recoveryWatch(ctx context.Context, rec *recorder, start time.Time, limit time.Duration) time.Duration {
 	ticker := time.NewTicker(window)
 	defer ticker.Stop()
-	from := rec.len() // requests that ended before start are not judged
+	from := 0 // rec is new for this phase: everything in it ended after start
 	var pending []outcome
 	for k := 0; time.Duration(k)*window < limit; {
 		select {

@@ -75,7 +75,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	modesFlag := fs.String("modes", strings.Join(modeNames(), ","), "comma-separated `modes` to run, in order")
 	users := fs.Int("users", 32, "concurrent users in the sustained and recovery phases")
 	duration := fs.Duration("duration", 2500*time.Millisecond, "length of the sustained phase of each mode")
-	flaky := fs.Float64("flaky", 0, "instead of killing payment, make it fail each call with `probability` p in (0, 1]")
+	flaky := fs.Float64("flaky", 0, "instead of killing payment, make it fail each call with `probability` p in (0, 1]; 0 kills it")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
 	asJSON := fs.Bool("json", false, "print one JSON array, one object per mode, instead of the table")
 	chart := fs.String("chart", "stormsim.svg", "write the chart of calls per second at payment to `path` (.svg, .png, .pdf, ...); empty for none")
@@ -103,6 +103,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *chart != "" {
 		if _, err := chartFormat(*chart); err != nil {
 			return err
+		}
+		// Fail now, not after the run, when the chart cannot be written.
+		if err := checkWritableDir(*chart); err != nil {
+			return fmt.Errorf("--chart %s: %w", *chart, err)
 		}
 	}
 	cfg := simConfig{
@@ -136,11 +140,12 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *chart != "" {
-		title := "payment killed: calls per second at payment"
+		title, broke, back := "payment killed: calls per second at payment", "payment killed", "payment restarted"
 		if cfg.flaky > 0 {
 			title = fmt.Sprintf("payment failing %.0f %% at random: calls per second at payment", cfg.flaky*100)
+			broke, back = "payment failing", "payment healthy again"
 		}
-		if err := writeChart(*chart, title, rs); err != nil {
+		if err := writeChart(*chart, title, broke, back, rs); err != nil {
 			return fmt.Errorf("chart: %w", err)
 		}
 		if !*asJSON {

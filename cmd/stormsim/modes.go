@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/interceptor"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
 // Naive retries wait like a typical production config: exponential backoff
@@ -133,10 +135,23 @@ func stormguardDial(opts func(*telemetry) ([]interceptor.Option, error)) func(*t
 	}
 }
 
+// stormguardServer installs stormguard's server interceptors for the test
+// service only: the demo's own stats RPC (polled by stormsim load) must not
+// show up in the tier's request metrics.
 func stormguardServer(tm *telemetry) ([]grpc.ServerOption, error) {
 	ic, err := interceptor.New(tm.options()...)
 	if err != nil {
 		return nil, err
 	}
-	return ic.ServerOptions(), nil
+	unary := ic.UnaryServer()
+	statsPrefix := "/" + testsvcv1.StatsService_ServiceDesc.ServiceName + "/"
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if strings.HasPrefix(info.FullMethod, statsPrefix) {
+				return h(ctx, req)
+			}
+			return unary(ctx, req, info, h)
+		}),
+		grpc.ChainStreamInterceptor(ic.StreamServer()),
+	}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -93,7 +94,13 @@ func startProc(t *testing.T, name, bin string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.cmd.Start(); err != nil {
+	// If this test process dies without its cleanups (a -timeout panic, a
+	// kill), the child must die too, not run on as an orphan.
+	setParentDeathSignal(p.cmd)
+	runtime.LockOSThread() // the signal follows the thread that forked
+	err = p.cmd.Start()
+	runtime.UnlockOSThread()
+	if err != nil {
 		t.Fatal(err)
 	}
 	go func() {

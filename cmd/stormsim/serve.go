@@ -64,7 +64,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	modeName := fs.String("mode", "stormguard", "retry stack on this tier: one of "+fmt.Sprint(modeNames()))
 	flaky := fs.Float64("flaky", 0, "fail each call with `probability` p in [0, 1]")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (a loopback address)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (a loopback address; stormguard's metrics, so only the tiered, budget and stormguard modes have any)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	)
 	if *metricsAddr != "" {
 		var stop func()
-		tm, metricsHere, stop, err = serveMetrics(*metricsAddr)
+		tm, metricsHere, stop, err = serveMetrics(*metricsAddr, stderr)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}

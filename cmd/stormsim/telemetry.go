@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -56,7 +57,7 @@ func (tm *telemetry) trackLimiters(ic *interceptor.Interceptors) {
 // OTel maintains, so the names are the ones the dashboard in dashboards/
 // expects. addr must be a loopback address. It returns the telemetry to
 // wire into the tier, the address it listens on, and a stop function.
-func serveMetrics(addr string) (*telemetry, net.Addr, func(), error) {
+func serveMetrics(addr string, stderr io.Writer) (*telemetry, net.Addr, func(), error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--metrics %q: %w", addr, err)
@@ -83,7 +84,7 @@ func serveMetrics(addr string) (*telemetry, net.Addr, func(), error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			fmt.Println("stormsim: metrics:", err)
+			fmt.Fprintln(stderr, "stormsim: metrics:", err)
 		}
 	}()
 	stop := func() {

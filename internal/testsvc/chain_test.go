@@ -369,3 +369,66 @@ func TestKindString(t *testing.T) {
 		t.Fatalf("Kind(9).String() = %q", got)
 	}
 }
+
+// TestCapacityCountsAcceptedOnly: a call shed for concurrency does not use
+// the per-second quota, and a late arrival stamped in an earlier second
+// does not restart the current second's count.
+func TestCapacityCountsAcceptedOnly(t *testing.T) {
+	f := newFaults(1)
+	f.capacity = Capacity{PerSecond: 2, Concurrent: 1}
+	sec := time.Unix(1000, 0)
+	releaseA, err := f.admit(sec)
+	if err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	if _, err := f.admit(sec); status.Code(err) != codes.Unavailable {
+		t.Fatalf("second concurrent call: got %v, want shed", err)
+	}
+	releaseA()
+	if _, err := f.admit(sec); err != nil {
+		t.Fatalf("the shed call used the quota: %v", err)
+	}
+
+	g := newFaults(1)
+	g.capacity = Capacity{PerSecond: 2}
+	at := []time.Time{time.Unix(11, 0), time.Unix(11, 0), time.Unix(10, 999e6), time.Unix(11, 0)}
+	accepted := 0
+	for _, now := range at {
+		if _, err := g.admit(now); err == nil {
+			accepted++
+		}
+	}
+	if accepted != 2 {
+		t.Fatalf("accepted %d calls in second 11 (one stamped 10.999), want 2", accepted)
+	}
+}
+
+// TestStreamFaultCountsFailures: Streams counts the streams that failed,
+// not those that ended before the fault point.
+func TestStreamFaultCountsFailures(t *testing.T) {
+	c := New(t, Config{Tiers: []string{"payment"}})
+	c.Tier("payment").SetStreamFault(StreamFault{AfterSend: 5, Streams: 1})
+	recv := func(count int32) error {
+		ss, err := c.Client().ServerStream(ctxT(t, 10*time.Second), &testsvcv1.ServerStreamRequest{Count: count})
+		if err != nil {
+			return err
+		}
+		for {
+			if _, err := ss.Recv(); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+	if err := recv(2); err != nil {
+		t.Fatalf("a 2-message stream: %v, want success (it ends before the fault point)", err)
+	}
+	if err := recv(10); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a 10-message stream: %v, want the injected failure", err)
+	}
+	if err := recv(10); err != nil {
+		t.Fatalf("after the one failure: %v, want success", err)
+	}
+}

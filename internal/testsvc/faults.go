@@ -57,24 +57,28 @@ func (f *faults) admit(now time.Time) (release func(), err error) {
 	f.capMu.Lock()
 	limit := f.capacity
 	if limit.PerSecond > 0 {
-		sec := now.Unix()
-		if sec != f.capSecond {
+		// A late arrival stamped in an earlier second counts against the
+		// current one: the counter never goes back.
+		if sec := now.Unix(); sec > f.capSecond {
 			f.capSecond, f.capCount = sec, 0
 		}
 		if f.capCount >= limit.PerSecond {
 			f.capMu.Unlock()
 			return release, status.Error(codes.Unavailable, "injected: over capacity (per second)")
 		}
-		f.capCount++
 	}
-	f.capMu.Unlock()
 	if limit.Concurrent > 0 {
 		if f.inflight.Add(1) > limit.Concurrent {
 			f.inflight.Add(-1)
+			f.capMu.Unlock()
 			return release, status.Error(codes.Unavailable, "injected: over capacity (concurrent)")
 		}
 		release = func() { f.inflight.Add(-1) }
 	}
+	if limit.PerSecond > 0 {
+		f.capCount++ // only calls that passed every limit use the quota
+	}
+	f.capMu.Unlock()
 	if p := f.flakyProbability(); p > 0 {
 		f.rngMu.Lock()
 		fail := f.rng.Float64() < p
@@ -109,15 +113,23 @@ type streamFault struct {
 	remaining atomic.Int64 // streams left to fail, when f.Streams > 0
 }
 
-// take returns the fault for a new stream, if it still applies.
+// take returns the fault for a new stream, if it still has streams to
+// fail. A stream that ends before its fault point fails nothing and counts
+// for nothing: the count is taken by fire.
 func (s *streamFault) take() (StreamFault, bool) {
-	if s == nil {
-		return StreamFault{}, false
-	}
-	if s.f.Streams > 0 && s.remaining.Add(-1) < 0 {
+	if s == nil || (s.f.Streams > 0 && s.remaining.Load() <= 0) {
 		return StreamFault{}, false
 	}
 	return s.f, true
+}
+
+// fire returns the failure for a stream at its fault point, counting it;
+// nil when other streams have used up the count meanwhile.
+func (s *streamFault) fire() error {
+	if s.f.Streams > 0 && s.remaining.Add(-1) < 0 {
+		return nil
+	}
+	return s.f.err()
 }
 
 func (f StreamFault) err() error {

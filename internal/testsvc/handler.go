@@ -116,10 +116,14 @@ func (h *handler) ServerStream(req *testsvcv1.ServerStreamRequest, stream grpc.S
 		return relay(down.Recv, stream.Send)
 	}
 	n := max(req.GetCount(), 1)
-	fault, faulty := h.tier.streamFault.Load().take()
+	sf := h.tier.streamFault.Load()
+	fault, faulty := sf.take()
 	for i := range n {
 		if faulty && int(i) >= fault.AfterSend {
-			return fault.err()
+			if err := sf.fire(); err != nil {
+				return err
+			}
+			faulty = false // another stream took the last failure
 		}
 		m := &testsvcv1.ServerStreamResponse{Id: req.GetId(), Payload: req.GetPayload(), Seq: i, ServedBy: h.tier.name}
 		if err := stream.Send(m); err != nil {
@@ -133,10 +137,14 @@ func (h *handler) ClientStream(stream grpc.ClientStreamingServer[testsvcv1.Clien
 	next := h.tier.next
 	if next == nil {
 		resp := &testsvcv1.ClientStreamResponse{ServedBy: h.tier.name}
-		fault, faulty := h.tier.streamFault.Load().take()
+		sf := h.tier.streamFault.Load()
+		fault, faulty := sf.take()
 		for {
 			if faulty && len(resp.Ids) >= fault.AfterRecv {
-				return fault.err()
+				if err := sf.fire(); err != nil {
+					return err
+				}
+				faulty = false // another stream took the last failure
 			}
 			m, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
@@ -177,9 +185,13 @@ func (h *handler) Bidi(stream grpc.BidiStreamingServer[testsvcv1.BidiRequest, te
 	next := h.tier.next
 	if next == nil {
 		var seq int32
-		fault, faulty := h.tier.streamFault.Load().take()
+		sf := h.tier.streamFault.Load()
+		fault, faulty := sf.take()
 		if faulty && fault.AfterRecv == 0 && fault.AfterSend == 0 {
-			return fault.err()
+			if err := sf.fire(); err != nil {
+				return err
+			}
+			faulty = false // another stream took the last failure
 		}
 		for received := 1; ; received++ {
 			m, err := stream.Recv()
@@ -190,10 +202,16 @@ func (h *handler) Bidi(stream grpc.BidiStreamingServer[testsvcv1.BidiRequest, te
 				return err
 			}
 			if faulty && fault.AfterRecv > 0 && received >= fault.AfterRecv {
-				return fault.err()
+				if err := sf.fire(); err != nil {
+					return err
+				}
+				faulty = false // another stream took the last failure
 			}
 			if faulty && fault.AfterRecv == 0 && int(seq) >= fault.AfterSend {
-				return fault.err()
+				if err := sf.fire(); err != nil {
+					return err
+				}
+				faulty = false // another stream took the last failure
 			}
 			resp := &testsvcv1.BidiResponse{Id: m.GetId(), Payload: m.GetPayload(), Seq: seq, ServedBy: h.tier.name}
 			seq++
