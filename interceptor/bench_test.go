@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"io"
 	"testing"
 	"time"
 
@@ -90,23 +89,5 @@ func BenchmarkStreamHappyPath(b *testing.B) {
 func bidi100(cl testsvcv1.TestServiceClient, req *testsvcv1.BidiRequest) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := cl.Bidi(ctx)
-	if err != nil {
-		return err
-	}
-	for range 100 {
-		if err := s.Send(req); err != nil {
-			return err
-		}
-		if _, err := s.Recv(); err != nil {
-			return err
-		}
-	}
-	if err := s.CloseSend(); err != nil {
-		return err
-	}
-	if _, err := s.Recv(); err != io.EOF {
-		return err
-	}
-	return nil
+	return testsvc.BidiRoundTrips(ctx, cl, req, 100)
 }

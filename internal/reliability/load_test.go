@@ -61,6 +61,26 @@ func (o *outcome) record(ctx context.Context, cl testsvcv1.TestServiceClient, id
 
 // waitAll waits for wg, failing the test if ctx ends first: a deadlock or
 // an RPC that outlives its deadline shows up here.
+// burst releases n RPCs at once, ids "0" to n-1, each with its own
+// deadline, and waits (bounded by ctx) until all have ended.
+func burst(t *testing.T, ctx context.Context, cl testsvcv1.TestServiceClient, n int, deadline time.Duration, what string) *outcome {
+	t.Helper()
+	var (
+		res   outcome
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			res.record(ctx, cl, strconv.Itoa(i), deadline)
+		})
+	}
+	close(start)
+	waitAll(t, ctx, &wg, what)
+	return &res
+}
+
 func waitAll(t *testing.T, ctx context.Context, wg *sync.WaitGroup, what string) {
 	t.Helper()
 	done := make(chan struct{})
@@ -109,20 +129,7 @@ func TestConcurrentRPCs(t *testing.T) {
 			pay, order, gw := c.Tier("payment"), c.Tier("order"), c.Tier("gateway")
 			pay.SetFlaky(0.2)
 
-			var (
-				res   outcome
-				wg    sync.WaitGroup
-				start = make(chan struct{})
-			)
-			cl := c.Client()
-			for i := range n {
-				wg.Go(func() {
-					<-start
-					res.record(ctx, cl, strconv.Itoa(i), 2*time.Minute)
-				})
-			}
-			close(start)
-			waitAll(t, ctx, &wg, "10k concurrent RPCs")
+			res := burst(t, ctx, c.Client(), n, 2*time.Minute, "10k concurrent RPCs")
 
 			codes_ := res.codes()
 			var total int64
@@ -176,20 +183,7 @@ func TestEveryRPCEndsByItsDeadline(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	waitReady(t, ctx, c)
 	c.Tier("payment").SetLatency(time.Hour)
-	var (
-		res   outcome
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-	)
-	cl := c.Client()
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			res.record(ctx, cl, strconv.Itoa(i), 500*time.Millisecond)
-		})
-	}
-	close(start)
-	waitAll(t, ctx, &wg, "RPCs held in payment")
+	res := burst(t, ctx, c.Client(), n, 500*time.Millisecond, "RPCs held in payment")
 	if got := res.codes()[codes.DeadlineExceeded]; got != int64(n) {
 		t.Fatalf("RPCs by code %v, want all %d DeadlineExceeded", res.codes(), n)
 	}

@@ -3,6 +3,7 @@ package testsvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -272,4 +273,29 @@ func (s *statsHandler) GetStats(context.Context, *testsvcv1.GetStatsRequest) (*t
 		resp.Received[k.String()] = s.tier.Received(k)
 	}
 	return resp, nil
+}
+
+// BidiRoundTrips opens a bidi stream on cl, sends req and waits for its
+// answer n times, then half-closes and waits for the clean end: the unit
+// of work of the stream benchmarks.
+func BidiRoundTrips(ctx context.Context, cl testsvcv1.TestServiceClient, req *testsvcv1.BidiRequest, n int) error {
+	s, err := cl.Bidi(ctx)
+	if err != nil {
+		return err
+	}
+	for range n {
+		if err := s.Send(req); err != nil {
+			return err
+		}
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		return err
+	}
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("testsvc: stream did not end cleanly: %v", err)
+	}
+	return nil
 }
