@@ -39,24 +39,9 @@ type client struct {
 }
 
 // callConfig returns the configuration for one call: the interceptor's,
-// or a copy with the call's own Options applied.
+// or a copy with the call's own Options applied (see config.forCall).
 func (cl *client) callConfig(opts []grpc.CallOption) (*config, error) {
-	cfg := &cl.cfg
-	copied := false
-	for _, o := range opts {
-		so, ok := o.(Option)
-		if !ok || so.apply == nil {
-			continue
-		}
-		if !copied {
-			c := cl.cfg
-			cfg, copied = &c, true
-		}
-		if err := so.apply(cfg); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-	}
-	return cfg, nil
+	return cl.cfg.forCall(opts)
 }
 
 // unaryCall is the state of one unary call: the retry state, and the
@@ -144,7 +129,7 @@ func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 	c.max = max(1, min(cfg.policy(c.info, cfg.maxAttempts), cfg.maxAttempts))
 	c.key = target
 	if cfg.perMethod {
-		c.key = target + method
+		c.key = methodKey(target, method)
 	}
 	if cfg.limiters != nil {
 		c.lim = cfg.limiters.get(c.key)

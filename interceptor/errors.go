@@ -3,7 +3,6 @@ package interceptor
 import (
 	"fmt"
 
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -71,11 +70,27 @@ func (r StopReason) marksUpstream() bool {
 // retry the budget or throttle refused. It is budget.ErrRefused.
 var ErrBudgetExhausted = budget.ErrRefused
 
-// Error is the error of a call that stormguard retried or stopped. It keeps
-// the code, message and details of the last attempt (codes.Unavailable when
-// an open breaker refused the first attempt), says how many attempts were
-// made and why retrying stopped, and unwraps to the last attempt's error
-// and, when they caused the stop, to breaker.ErrOpen or budget.ErrRefused.
+// Error is the error of a call that stormguard retried or stopped.
+//
+// Its status (GRPCStatus, what status.Code and status.FromError see, and
+// what a server that returns the error sends on the wire) is the last
+// attempt's, unchanged: code, message and details as the downstream sent
+// them. So a message does not grow by a suffix at every tier of a chain.
+// When no attempt was made (an open breaker refused the first one), the
+// status is codes.Unavailable with the fixed message BreakerOpenMessage,
+// which names no target: internal addresses never reach a caller.
+//
+// Its Go error string (Error) adds stormguard's account, for logs: the
+// number of attempts and why retrying stopped; the target is in the
+// observer's events (Event.Target), not here. Attempts and Reason hold the
+// same. Errors unwraps to the last attempt's error and, when they caused
+// the stop, to breaker.ErrOpen or budget.ErrRefused.
+//
+// A handler that passes the error up should return it as it is (or
+// status.Convert(err).Err()): grpc-go sends the status of an error that
+// has a GRPCStatus method, but for an error that only wraps one (such as
+// fmt.Errorf("charge: %w", err)) it sends the wrapper's Error() string as
+// the message, stormguard's account included.
 type Error struct {
 	// Attempts is the number of attempts that reached the network.
 	Attempts int
@@ -87,7 +102,14 @@ type Error struct {
 	cause error // breaker.ErrOpen, budget.ErrRefused, or nil
 }
 
-func newError(last error, attempts int, reason StopReason, target string) *Error {
+// BreakerOpenMessage is the status message of a call that an open circuit
+// breaker refused before any attempt.
+const BreakerOpenMessage = "stormguard: circuit breaker open"
+
+// newError returns the error of a call that stopped for reason after
+// attempts attempts, the last of which ended with last. The target is not
+// put into the error (see Error); the parameter stays for the callers.
+func newError(last error, attempts int, reason StopReason, _ string) *Error {
 	e := &Error{Attempts: attempts, Reason: reason, last: last}
 	switch reason {
 	case StopBreakerOpen:
@@ -95,25 +117,19 @@ func newError(last error, attempts int, reason StopReason, target string) *Error
 	case StopBudget:
 		e.cause = budget.ErrRefused
 	}
-	p := &spb.Status{Code: int32(codes.Unavailable)}
 	if last != nil {
-		p = status.Convert(last).Proto() // a copy
-	}
-	suffix := fmt.Sprintf("stormguard: %d attempt(s), stopped: %s", attempts, reason)
-	if reason == StopBreakerOpen {
-		suffix = fmt.Sprintf("stormguard: circuit breaker for %s is open; %d attempt(s)", target, attempts)
-	}
-	if p.Message == "" {
-		p.Message = suffix
+		e.st = status.Convert(last)
 	} else {
-		p.Message += " (" + suffix + ")"
+		e.st = status.New(codes.Unavailable, BreakerOpenMessage)
 	}
-	e.st = status.FromProto(p)
 	return e
 }
 
+// Error returns the status in grpc-go's form, followed by stormguard's
+// account: "rpc error: code = Unavailable desc = payment is down
+// (stormguard: 3 attempt(s), stopped: attempts used up)".
 func (e *Error) Error() string {
-	return fmt.Sprintf("rpc error: code = %s desc = %s", e.st.Code(), e.st.Message())
+	return fmt.Sprintf("rpc error: code = %s desc = %s (stormguard: %d attempt(s), stopped: %s)", e.st.Code(), e.st.Message(), e.Attempts, e.Reason)
 }
 
 // GRPCStatus returns the status the call ends with, so that status.Code

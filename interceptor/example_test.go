@@ -124,10 +124,12 @@ func ExampleWithMaxAttempts() {
 	fmt.Println(err)
 	// Output:
 	// <nil>
-	// stormguard: invalid option: WithMaxAttempts(0): want 1 to 101
+	// stormguard: invalid option: WithMaxAttempts(0): want 1 to 100
 }
 
 // ExampleParseTierPolicyConfig reads "gateway 3, order 2, payment 1".
+// Depths past the list get its smallest entry, never the configured
+// attempts: a forged deep x-call-depth cannot buy retries.
 func ExampleParseTierPolicyConfig() {
 	cfg, err := interceptor.ParseTierPolicyConfig([]byte("attemptsByDepth: [3, 2, 1]\n"))
 	if err != nil {
@@ -142,6 +144,6 @@ func ExampleParseTierPolicyConfig() {
 	// depth 0: 3 attempts
 	// depth 1: 2 attempts
 	// depth 2: 1 attempts
-	// depth 3: 3 attempts
+	// depth 3: 1 attempts
 	// upstream retrying: 1
 }

@@ -112,10 +112,10 @@ func (m multiObserver) Observe(ctx context.Context, e Event) {
 // WithObserver reports events to o. Without it the interceptors report
 // nothing, at no cost. Client and server side.
 func WithObserver(o Observer) Option {
-	return Option{apply: func(c *config) error {
+	return setupOption("WithObserver", func(c *config) error {
 		c.observer = o
 		return nil
-	}}
+	})
 }
 
 // BreakerObserver returns a function for breaker.Config.OnStateChange that

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
@@ -19,19 +19,39 @@ import (
 // a client makes when no option or tier policy says otherwise.
 const DefaultMaxAttempts = 3
 
+// MaxAttempts is the most attempts per call that WithMaxAttempts and a
+// TierPolicyConfig accept.
+const MaxAttempts = 100
+
 // ErrInvalidOption is wrapped by the error New returns for an invalid
 // option; the message names the option.
 var ErrInvalidOption = errors.New("stormguard: invalid option")
 
 // Option configures the interceptors. One type serves the client and the
 // server interceptors; each option says which side reads it. An Option is
-// also a grpc.CallOption, so the client options can be given per call, where
-// they override the interceptor's for that call:
+// also a grpc.CallOption, so the options documented as "usable per call"
+// (WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout,
+// WithTierPolicy, WithTierPolicyConfig, WithReplayBufferSize) can be given
+// per call, where they override the interceptor's for that call:
 //
 //	client.Pay(ctx, req, interceptor.WithMaxAttempts(1))
+//
+// A per-call option that is invalid, or that is not usable per call (such
+// as WithBudget, WithBreaker or WithObserver, whose state lives in the
+// interceptor), fails the call with codes.Internal and a message naming
+// the option: it is a mistake in the calling code, not in the request, so
+// it must not reach the caller's caller as INVALID_ARGUMENT.
 type Option struct {
 	grpc.EmptyCallOption
 	apply func(*config) error
+	// setup names an option that only New accepts, not a call.
+	setup string
+}
+
+// setupOption returns an Option named name that New accepts and a call
+// refuses.
+func setupOption(name string, apply func(*config) error) Option {
+	return Option{apply: apply, setup: name}
 }
 
 // config is the resolved set of options.
@@ -47,6 +67,13 @@ type config struct {
 	untrusted         bool
 	replayLimit       int
 	observer          Observer
+
+	// limiterBy names the retry limiter option that set limiters, to
+	// refuse a second one.
+	limiterBy string
+	// deadlineCode: WithCodes listed codes.DeadlineExceeded, which needs
+	// a per-attempt timeout (see check).
+	deadlineCode bool
 
 	// Test hooks: the random source for jitter, and the wait between
 	// attempts.
@@ -80,7 +107,50 @@ func (c *config) retries(code codes.Code) bool { return c.retryable&codeBit(code
 // newConfig applies opts to the defaults.
 func newConfig(opts []Option) (config, error) {
 	cfg := defaultConfig()
-	return cfg, cfg.applyAll(opts)
+	if err := cfg.applyAll(opts); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.check()
+}
+
+// check reports the mistakes that no single option shows.
+func (c *config) check() error {
+	if c.deadlineCode && c.perAttemptTimeout == 0 {
+		return invalid("WithCodes(codes.DeadlineExceeded) without WithPerAttemptTimeout: " +
+			"DeadlineExceeded is retried exactly when an attempt's own timeout expired, never for the caller's deadline; " +
+			"add WithPerAttemptTimeout(d), or drop codes.DeadlineExceeded from WithCodes")
+	}
+	return nil
+}
+
+// forCall returns the configuration for one call: c itself, or a copy
+// with the call's own Options applied. Its error is a status error with
+// codes.Internal (see Option).
+func (c *config) forCall(opts []grpc.CallOption) (*config, error) {
+	cfg := c
+	copied := false
+	for _, o := range opts {
+		so, ok := o.(Option)
+		if !ok || so.apply == nil {
+			continue
+		}
+		if so.setup != "" {
+			return nil, status.Error(codes.Internal, invalid("%s is not usable per call: give it to New (or the interceptor constructor)", so.setup).Error())
+		}
+		if !copied {
+			cp := *c
+			cfg, copied = &cp, true
+		}
+		if err := so.apply(cfg); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	if copied {
+		if err := cfg.check(); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	return cfg, nil
 }
 
 func (c *config) applyAll(opts []Option) error {
@@ -101,12 +171,12 @@ func invalid(format string, args ...any) error {
 
 // WithMaxAttempts sets the number of attempts per call, first call
 // included: 3 means one call and at most two retries; 1 turns retries off.
-// Default DefaultMaxAttempts (3). Client side; usable per call. The tier
-// policy may lower it for a given request.
+// Valid: 1 to MaxAttempts (100). Default DefaultMaxAttempts (3). Client
+// side; usable per call. The tier policy may lower it for a given request.
 func WithMaxAttempts(n int) Option {
 	return Option{apply: func(c *config) error {
-		if n < 1 || n > MaxAttemptIndex+1 {
-			return invalid("WithMaxAttempts(%d): want 1 to %d", n, MaxAttemptIndex+1)
+		if n < 1 || n > MaxAttempts {
+			return invalid("WithMaxAttempts(%d): want 1 to %d", n, MaxAttempts)
 		}
 		c.maxAttempts = n
 		return nil
@@ -114,20 +184,41 @@ func WithMaxAttempts(n int) Option {
 }
 
 // WithCodes sets the codes that are retried. Default: codes.Unavailable
-// only. DeadlineExceeded is never in the set: it is retried exactly when
-// the attempt's own timeout (WithPerAttemptTimeout) expired and the
-// caller's context is still alive. Client and server side: a server
-// answers "do not retry" only with these codes. Usable per call.
+// only. At least one code is needed (to turn retries off, write
+// WithMaxAttempts(1)); codes.OK and codes.Canceled (the caller, or a proxy
+// for it, gave up) are refused.
+//
+// DeadlineExceeded is retried exactly when the attempt's own timeout
+// (WithPerAttemptTimeout) expired and the caller's context is still alive,
+// whether it is listed or not; the caller's deadline is never retried. So
+// listing it is accepted together with WithPerAttemptTimeout, where it
+// says what happens anyway, and refused without it, where it would do
+// nothing.
+//
+// Client and server side: a server answers "do not retry" only with these
+// codes. Usable per call.
 func WithCodes(cs ...codes.Code) Option {
 	return Option{apply: func(c *config) error {
-		var set uint64
-		for _, code := range cs {
-			if code == codes.OK || code == codes.DeadlineExceeded || code > 16 {
-				return invalid("WithCodes: %v cannot be retried", code)
-			}
-			set |= codeBit(code)
+		if len(cs) == 0 {
+			return invalid("WithCodes() with no codes: to turn retries off, write WithMaxAttempts(1)")
 		}
-		c.retryable = set
+		var set uint64
+		deadline := false
+		for _, code := range cs {
+			switch {
+			case code == codes.OK:
+				return invalid("WithCodes: codes.OK is not an error")
+			case code == codes.Canceled:
+				return invalid("WithCodes: codes.Canceled cannot be retried: it means the caller gave up")
+			case code > codes.Unauthenticated:
+				return invalid("WithCodes: unknown code %d", uint32(code))
+			case code == codes.DeadlineExceeded:
+				deadline = true // see check; never in the set
+			default:
+				set |= codeBit(code)
+			}
+		}
+		c.retryable, c.deadlineCode = set, deadline
 		return nil
 	}}
 }
@@ -172,39 +263,42 @@ func WithPerAttemptTimeout(d time.Duration) Option {
 // pass the same Option value to the unary and stream interceptors to share
 // them. Client side.
 func WithBudget(cfg budget.Config) Option {
-	return withLimiters(func() (budget.Limiter, error) { return budget.New(cfg) })
+	return withLimiters("WithBudget", func() (budget.Limiter, error) { return budget.New(cfg) })
 }
 
 // WithThrottle limits retries with a gRFC A6 token bucket per target (see
 // budget.Throttle) instead of a budget. Client side.
 func WithThrottle(cfg budget.ThrottleConfig) Option {
-	return withLimiters(func() (budget.Limiter, error) { return budget.NewThrottle(cfg) })
+	return withLimiters("WithThrottle", func() (budget.Limiter, error) { return budget.NewThrottle(cfg) })
 }
 
 // WithLimiter limits retries with limiters made by newLimiter, one per
 // target, for a budget.Limiter of your own. Client side.
 func WithLimiter(newLimiter func() budget.Limiter) Option {
 	if newLimiter == nil {
-		return Option{apply: func(*config) error { return invalid("WithLimiter(nil)") }}
+		return setupOption("WithLimiter", func(*config) error { return invalid("WithLimiter(nil)") })
 	}
-	return withLimiters(func() (budget.Limiter, error) { return newLimiter(), nil })
+	return withLimiters("WithLimiter", func() (budget.Limiter, error) { return newLimiter(), nil })
 }
 
-func withLimiters(newLimiter func() (budget.Limiter, error)) Option {
+func withLimiters(name string, newLimiter func() (budget.Limiter, error)) Option {
 	// Build one now, so that an invalid configuration is reported by New
 	// rather than on the first call.
 	l, err := newLimiter()
 	if err == nil && l == nil {
 		err = errors.New("the limiter constructor returned nil")
 	}
-	set := &limiterSet{newLimiter: newLimiter}
-	return Option{apply: func(c *config) error {
+	set := &limiterSet{newLimiter: newLimiter, max: maxLimiterKeys}
+	return setupOption(name, func(c *config) error {
 		if err != nil {
-			return invalid("retry limiter: %v", err)
+			return invalid("%s: %v", name, err)
 		}
-		c.limiters = set
+		if c.limiterBy != "" {
+			return invalid("%s and %s: one retry limiter per interceptor; keep one of them", c.limiterBy, name)
+		}
+		c.limiters, c.limiterBy = set, name
 		return nil
-	}}
+	})
 }
 
 // WithBreaker puts every attempt behind a circuit breaker per target from
@@ -212,55 +306,38 @@ func withLimiters(newLimiter func() (budget.Limiter, error)) Option {
 // when it refuses a retry, with the last attempt's code) and the "do not
 // retry" mark. Nil turns breakers off. Client side.
 func WithBreaker(set *breaker.Set) Option {
-	return Option{apply: func(c *config) error {
+	return setupOption("WithBreaker", func(c *config) error {
 		c.breakers = set
 		return nil
-	}}
+	})
 }
 
 // WithPerMethodKeys keys budgets and breakers by target and method instead
-// of by target alone. Client side.
+// of by target alone. The key (also Event.Target) is the target, a space
+// and the method, "dns:///payment:443 /pay.v1.Pay/Charge", or both quoted
+// with strconv.Quote when either holds a space or the target starts with
+// a double quote, so two different pairs never share a key. As for
+// breakers (breaker.Set), at most 1024 retry limiters are kept; a new key
+// past that replaces one not used recently. Client side.
 func WithPerMethodKeys() Option {
-	return Option{apply: func(c *config) error {
+	return setupOption("WithPerMethodKeys", func(c *config) error {
 		c.perMethod = true
 		return nil
-	}}
+	})
 }
 
 // WithUntrustedCallers makes the server interceptor ignore the attempt
-// metadata of incoming requests: the tier behaves as the edge (depth 0,
-// no upstream retries), and a caller cannot forge headers to switch its
-// retries off or to probe its policy. Use it on the tier that faces
-// clients you do not control. Server side.
+// metadata of incoming requests: the tier behaves as the edge (depth 0, no
+// upstream retries), its own outgoing calls start the depth count at 1,
+// and a caller cannot forge headers to switch its retries off, to make the
+// tiers below retry more, or to probe its policy. Use it on the tier that
+// faces clients you do not control, and only there: a tier behind the edge
+// that used it would restart the depth count at 0 and so defeat a depth
+// policy (WithTierPolicyConfig), and would not see that a tier above is
+// already retrying. Server side.
 func WithUntrustedCallers() Option {
-	return Option{apply: func(c *config) error {
+	return setupOption("WithUntrustedCallers", func(c *config) error {
 		c.untrusted = true
 		return nil
-	}}
-}
-
-// limiterSet holds one limiter per key, created on first use.
-type limiterSet struct {
-	newLimiter func() (budget.Limiter, error)
-	m          sync.Map // string -> budget.Limiter
-}
-
-func (s *limiterSet) get(key string) budget.Limiter {
-	if l, ok := s.m.Load(key); ok {
-		return l.(budget.Limiter)
-	}
-	l, err := s.newLimiter()
-	if err != nil || l == nil {
-		// The constructor succeeded in withLimiters with the same input,
-		// so this is a custom limiter's bug: run without a limiter rather
-		// than fail calls.
-		return nil
-	}
-	actual, _ := s.m.LoadOrStore(key, l)
-	return actual.(budget.Limiter)
-}
-
-// Range calls f for each key and limiter, for metrics.
-func (s *limiterSet) Range(f func(key string, l budget.Limiter) bool) {
-	s.m.Range(func(k, v any) bool { return f(k.(string), v.(budget.Limiter)) })
+	})
 }
