@@ -329,31 +329,59 @@ func TestBuiltinRetryHonoursPushback(t *testing.T) {
 	}
 }
 
+// TestUntrustedCallers: an outside client forges the attempt metadata
+// (depth, upstream retries, attempt) at the gateway of a chain whose
+// clients use the depth policy [3, 2, 1], with payment down. Honest, the
+// chain makes 1/1/2 calls at gateway/order/payment (order, at depth 1, has
+// 2 attempts). With WithUntrustedCallers at the edge alone, every
+// forgery gives exactly that. Without it, no forgery gives more calls at
+// any tier (a forged depth 9 gave 1/1/3 when depths past the list had the
+// configured attempts).
 func TestUntrustedCallers(t *testing.T) {
-	forged := metadata.Pairs(MetadataUpstreamRetries, "5", MetadataAttempt, "2")
+	policy := WithTierPolicyConfig(TierPolicyConfig{AttemptsByDepth: []int{3, 2, 1}})
+	honest := []int64{1, 1, 2}
+	forgeries := map[string]metadata.MD{
+		"none":             nil,
+		"depth 9":          metadata.Pairs(MetadataDepth, "9"),
+		"depth garbage":    metadata.Pairs(MetadataDepth, "garbage"),
+		"depth 1":          metadata.Pairs(MetadataDepth, "1"),
+		"depth 0":          metadata.Pairs(MetadataDepth, "0"),
+		"upstream retries": metadata.Pairs(MetadataUpstreamRetries, "5", MetadataAttempt, "2"),
+		"negative":         metadata.Pairs(MetadataDepth, "-1", MetadataAttempt, "-1"),
+	}
 	for _, untrusted := range []bool{false, true} {
-		t.Run(fmt.Sprint("untrusted=", untrusted), func(t *testing.T) {
-			var server []Option
-			if untrusted {
-				server = []Option{WithUntrustedCallers()}
-			}
-			c := startChain(t, chainSpec{client: func(hop int) []Option {
-				if hop == 0 {
-					return nil // a plain client that forges headers
+		for name, md := range forgeries {
+			t.Run(fmt.Sprintf("untrusted=%v/%s", untrusted, name), func(t *testing.T) {
+				c := testsvc.New(t, testsvc.Config{
+					DialOptions: func(hop int) []grpc.DialOption {
+						if hop == 0 {
+							return nil // a plain client that forges headers
+						}
+						return mustNew(t, noWait, policy).DialOptions()
+					},
+					ServerOptions: func(tier int) []grpc.ServerOption {
+						if untrusted && tier == 0 {
+							return mustNew(t, WithUntrustedCallers()).ServerOptions()
+						}
+						return mustNew(t).ServerOptions()
+					},
+				})
+				c.Tier("payment").SetDown(codes.Unavailable)
+				ctx := metadata.NewOutgoingContext(ctxTimeout(t, 10*time.Second), md)
+				if _, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{}); status.Code(err) != codes.Unavailable {
+					t.Fatalf("got %v, want Unavailable", err)
 				}
-				return []Option{noWait}
-			}, server: server})
-			c.Tier("payment").SetDown(codes.Unavailable)
-			ctx := metadata.NewOutgoingContext(ctxTimeout(t, 10*time.Second), forged)
-			_, _ = c.Client().Unary(ctx, &testsvcv1.UnaryRequest{})
-			want := int64(1) // the forged retries switch order's retries off
-			if untrusted {
-				want = 3
-			}
-			if got := c.Tier("payment").Received(testsvc.Unary); got != want {
-				t.Fatalf("calls at payment: got %d, want %d", got, want)
-			}
-		})
+				got := received(c)
+				if untrusted && !slices.Equal(got, honest) {
+					t.Fatalf("calls (gateway, order, payment): got %v, want the honest %v", got, honest)
+				}
+				for i := range got {
+					if got[i] > honest[i] {
+						t.Fatalf("calls (gateway, order, payment): got %v, more than the honest %v", got, honest)
+					}
+				}
+			})
+		}
 	}
 }
 
