@@ -16,9 +16,10 @@ import (
 )
 
 // UnaryClientInterceptor returns the retrying client interceptor for
-// unary calls. Use it with grpc.WithDisableRetry (DialOptions does both),
-// so that grpc-go's own retry layer does not multiply its attempts
-// unseen underneath.
+// unary calls. Use it with grpc.WithDisableRetry (DialOptions does both):
+// with grpc.WithChainUnaryInterceptor alone, a service config retry
+// policy stays on underneath and multiplies its attempts unseen (3 x 3 = 9
+// calls where 3 were meant; see Interceptors.UnaryClient).
 //
 // Invalid options cannot be reported from here; the interceptor then fails
 // every call with codes.Internal and the reason. Use New to get the error

@@ -21,12 +21,25 @@ func New(opts ...Option) (*Interceptors, error) {
 }
 
 // UnaryClient returns the unary client interceptor.
+//
+// Installed alone, with grpc.WithChainUnaryInterceptor, it leaves grpc-go's
+// built-in retry on underneath: with a service config retry policy
+// (maxAttempts 3) each of its attempts is retried again, unseen by the
+// budget, the breaker and the metadata, and one request made 9 calls at
+// payment instead of 3. Add grpc.WithDisableRetry() to the same
+// connection, or use DialOptions, which does both. A server with these
+// interceptors reports such a caller (EventStackedRetry, and one grpclog
+// warning) when it sees a grpc-go retry of a call made inside a handler
+// or of a retry of ours.
 func (i *Interceptors) UnaryClient() grpc.UnaryClientInterceptor { return i.client.unary }
 
 // UnaryServer returns the unary server interceptor.
 func (i *Interceptors) UnaryServer() grpc.UnaryServerInterceptor { return i.server.unary }
 
-// StreamClient returns the stream client interceptor.
+// StreamClient returns the stream client interceptor. As for
+// UnaryClient: add grpc.WithDisableRetry() to the connection, or use
+// DialOptions, so that grpc-go's built-in retry does not multiply its
+// attempts.
 func (i *Interceptors) StreamClient() grpc.StreamClientInterceptor { return i.client.stream }
 
 // StreamServer returns the stream server interceptor.

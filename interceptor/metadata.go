@@ -125,8 +125,25 @@ func cautious(vals []string, limit, ifInvalid int) int {
 
 // incomingInfo parses the Info of the request ctx serves. It looks up the
 // four keys one by one rather than copying the whole incoming metadata.
-func incomingInfo(ctx context.Context) Info {
-	return parseInfo(func(key string) []string { return metadata.ValueFromIncomingContext(ctx, key) })
+// stacked reports a request that carries both stormguard's attempt
+// metadata (x-call-depth or x-retry-attempt) and grpc-go's
+// grpc-previous-rpc-attempts: a retrying client interceptor with grpc-go's
+// built-in retry still on underneath (see stackedRetry).
+func incomingInfo(ctx context.Context) (in Info, stacked bool) {
+	var ours, builtin bool
+	in = parseInfo(func(key string) []string {
+		v := metadata.ValueFromIncomingContext(ctx, key)
+		if len(v) > 0 {
+			switch key {
+			case MetadataDepth, MetadataAttempt:
+				ours = true
+			case MetadataPreviousAttempts:
+				builtin = true
+			}
+		}
+		return v
+	})
+	return in, ours && builtin
 }
 
 // parseCount parses a small non-negative decimal. Values longer than

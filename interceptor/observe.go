@@ -41,6 +41,13 @@ const (
 	// EventBreakerStateChange: the breaker for Target went From -> To.
 	// It comes from BreakerObserver, wired into breaker.Config.
 	EventBreakerStateChange
+	// EventStackedRetry: a server received a request that carries both
+	// stormguard's attempt metadata and grpc-previous-rpc-attempts, so the
+	// caller runs grpc-go's built-in retry under a retrying client
+	// interceptor, and the attempts multiply (see
+	// Interceptors.UnaryClient). Method and Info as for
+	// EventRequestReceived.
+	EventStackedRetry
 )
 
 var eventKindNames = map[EventKind]string{
@@ -51,6 +58,7 @@ var eventKindNames = map[EventKind]string{
 	EventRequestReceived:    "request_received",
 	EventPushbackSent:       "pushback_sent",
 	EventBreakerStateChange: "breaker_state_change",
+	EventStackedRetry:       "stacked_retry",
 }
 
 func (k EventKind) String() string {

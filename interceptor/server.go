@@ -41,7 +41,10 @@ var dontRetry = metadata.Pairs(MetadataPushback, "-1")
 func (s *server) begin(ctx context.Context, method string) *stateCtx {
 	sc := &stateCtx{Context: ctx}
 	if !s.untrusted {
-		sc.st.info = incomingInfo(ctx)
+		var stacked bool
+		if sc.st.info, stacked = incomingInfo(ctx); stacked {
+			s.stackedRetry(ctx, method, sc.st.info)
+		}
 	}
 	if s.observer != nil {
 		s.observer.Observe(ctx, Event{Kind: EventRequestReceived, Method: method, Info: sc.st.info})

@@ -55,6 +55,10 @@ func WithReplayBufferSize(n int) Option {
 // healthy stream does not hold one of the few probe slots for its whole
 // life. DeadlineExceeded is never retried on a stream.
 //
+// Use it with grpc.WithDisableRetry (DialOptions does both): with
+// grpc.WithChainStreamInterceptor alone, a service config retry policy
+// stays on underneath and multiplies its attempts unseen.
+//
 // Invalid options make every stream fail with codes.Internal; use New to
 // get the error at start-up.
 func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
