@@ -46,5 +46,25 @@
 // Build one Interceptors per tier with New and install DialOptions on the
 // tier's client connections and ServerOptions on its server. DialOptions
 // includes grpc.WithDisableRetry, so grpc-go's own retry layer cannot
-// multiply stormguard's attempts unseen underneath it.
+// multiply stormguard's attempts unseen underneath it. Installing only
+// UnaryClient or StreamClient with grpc.WithChainUnaryInterceptor leaves
+// that layer on: add grpc.WithDisableRetry() yourself (a server reports a
+// caller that did not, with EventStackedRetry).
+//
+// The tier that faces callers you do not control (the edge) uses
+// WithUntrustedCallers, and no other tier does: the edge then starts the
+// depth count for the tiers below it, and they read the depth and
+// upstream retries that it and its successors send. Without it, forged or
+// malformed metadata can only lower the attempts of a tier, under
+// DefaultTierPolicy and TierPolicyConfig alike (see TierPolicy).
+//
+// # Errors
+//
+// A call that stormguard retried or stopped returns an *Error. Its status
+// on the wire is the downstream's own (or a fixed text when an open
+// breaker refused the call), so a message does not grow along the chain
+// and never names an internal target; stormguard's account (attempts and
+// the reason it stopped) is in Error() and in the observer's events.
+// Return it from a handler as it is: an error that wraps it with %w is
+// sent with its Error() string as the message.
 package interceptor

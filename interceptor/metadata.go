@@ -31,7 +31,9 @@ const (
 )
 
 // Bounds applied to incoming values. Larger values are clamped to them:
-// a forged header can only make a tier retry less, never more.
+// a forged header can only make a tier retry less, never more, under any
+// tier policy that does not give a deeper depth or more upstream retries
+// more attempts (see TierPolicy).
 const (
 	MaxDepth           = 64
 	MaxAttemptIndex    = 100
@@ -97,8 +99,10 @@ func FromContext(ctx context.Context) (Info, bool) {
 // take the largest valid value, and large values are clamped. A key that is
 // present but malformed (negative, non-numeric, empty) counts as the
 // cautious value: a caller that is retrying (attempt and upstream retries
-// 1) at the deepest depth (MaxDepth). So no header can make this tier
-// retry more than an honest one would.
+// 1) at the deepest depth (MaxDepth). Since a policy never allows more
+// attempts for a deeper depth or for upstream retries (see TierPolicy), no
+// header can make this tier, or a tier below it, retry more than an honest
+// request (no header at the edge) would.
 func parseInfo(get func(key string) []string) Info {
 	attempt := max(cautious(get(MetadataAttempt), MaxAttemptIndex, 1),
 		cautious(get(MetadataPreviousAttempts), MaxAttemptIndex, 1))
