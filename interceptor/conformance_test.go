@@ -19,7 +19,7 @@ const specPath = "../docs/protocol.md"
 
 // protocolKeys are the request keys of the specification: an outgoing
 // example lists every one of them that is sent.
-var protocolKeys = []string{MetadataAttempt, MetadataDepth, MetadataUpstreamRetries, MetadataPreviousAttempts}
+var protocolKeys = []string{MetadataAttempt, MetadataDepth, MetadataUpstreamRetries, MetadataPreviousAttempts, MetadataEnvoyAttemptCount}
 
 // specExample is one fenced example block of docs/protocol.md.
 type specExample struct {
@@ -145,6 +145,8 @@ func specOptions(t *testing.T, e specExample) []Option {
 		switch o {
 		case "untrusted":
 			opts = append(opts, WithUntrustedCallers())
+		case "envoy-off":
+			opts = append(opts, WithEnvoyAttemptCount(false))
 		default:
 			t.Fatalf("%v: unknown option %q", e, o)
 		}

@@ -45,6 +45,7 @@ type config struct {
 	breakers          *breaker.Set
 	perMethod         bool
 	untrusted         bool
+	ignoreEnvoy       bool // see WithEnvoyAttemptCount
 	replayLimit       int
 	observer          Observer
 

@@ -32,6 +32,8 @@ type server struct {
 	untrusted bool
 	observer  Observer
 	retryable uint64 // codes answered with "do not retry"; see WithCodes
+
+	ignoreEnvoy bool // WithEnvoyAttemptCount(false)
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
@@ -42,6 +44,7 @@ func (s *server) begin(ctx context.Context, method string) *stateCtx {
 	sc := &stateCtx{Context: ctx}
 	if !s.untrusted {
 		sc.st.info = incomingInfo(ctx)
+		sc.st.info = s.envoyRetries(ctx, sc.st.info)
 	}
 	if s.observer != nil {
 		s.observer.Observe(ctx, Event{Kind: EventRequestReceived, Method: method, Info: sc.st.info})
