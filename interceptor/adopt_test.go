@@ -31,21 +31,50 @@ func oneRequest(t *testing.T, c *testsvc.Chain) []int64 {
 // a fresh context with a timeout, as a handler that wants "its own"
 // deadline would make). The attempt metadata and the "do not retry" mark
 // travel in the request's context, so every tier behaves as an edge: the
-// full storm of 3 / 9 / 27 is back.
+// full storm of 3 / 9 / 27 is back. The sign of it in the metrics: order,
+// which is never the edge, receives requests at depth 0 (its
+// stormguard.server.request.depth), where passing ctx on gives depth 1.
 func TestHandlerDropsContext(t *testing.T) {
 	dropCtx := func(_ context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return h(ctx, req)
 	}
-	c := testsvc.New(t, testsvc.Config{
-		DialOptions: func(int) []grpc.DialOption { return mustNew(t, noWait).DialOptions() },
-		ServerOptions: func(int) []grpc.ServerOption {
-			return []grpc.ServerOption{grpc.ChainUnaryInterceptor(mustNew(t).UnaryServer(), dropCtx)}
-		},
-	})
-	if got, want := oneRequest(t, c), []int64{3, 9, 27}; !slices.Equal(got, want) {
-		t.Fatalf("calls received (gateway, order, payment): got %v, want %v", got, want)
+	depths := make(chan int, 100)
+	recordOrder := func(tier int) grpc.UnaryServerInterceptor {
+		return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if in, ok := FromContext(ctx); ok && tier == 1 {
+				depths <- in.Depth
+			}
+			return h(ctx, req)
+		}
+	}
+	for _, drop := range []bool{true, false} {
+		c := testsvc.New(t, testsvc.Config{
+			DialOptions: func(int) []grpc.DialOption { return mustNew(t, noWait).DialOptions() },
+			ServerOptions: func(tier int) []grpc.ServerOption {
+				is := []grpc.UnaryServerInterceptor{mustNew(t).UnaryServer(), recordOrder(tier)}
+				if drop {
+					is = append(is, dropCtx)
+				}
+				return []grpc.ServerOption{grpc.ChainUnaryInterceptor(is...)}
+			},
+		})
+		want, wantDepth := []int64{1, 1, 3}, 1
+		if drop {
+			want, wantDepth = []int64{3, 9, 27}, 0
+		}
+		if got := oneRequest(t, c); !slices.Equal(got, want) {
+			t.Fatalf("handlers drop ctx %v: calls received (gateway, order, payment): got %v, want %v", drop, got, want)
+		}
+		if len(depths) == 0 {
+			t.Fatalf("handlers drop ctx %v: order recorded no request", drop)
+		}
+		for n := len(depths); n > 0; n-- {
+			if d := <-depths; d != wantDepth {
+				t.Fatalf("handlers drop ctx %v: order received a request at depth %d, want %d", drop, d, wantDepth)
+			}
+		}
 	}
 }
 
