@@ -125,3 +125,25 @@ func TestEnvoySidecarRetries(t *testing.T) {
 		})
 	}
 }
+
+// FuzzAddEnvoyRetries: whatever Envoy's header says, the upstream retries
+// never go down (which would allow more attempts) and stay in bounds.
+func FuzzAddEnvoyRetries(f *testing.F) {
+	f.Add("2", "", 0)
+	f.Add("-1", "99999999999999999999", 5)
+	f.Add("+3", " 7", 1000)
+	f.Fuzz(func(t *testing.T, a, b string, upstream int) {
+		in := Info{UpstreamRetries: min(max(upstream, 0), MaxUpstreamRetries)}
+		vals := []string{a}
+		if b != "" {
+			vals = append(vals, b)
+		}
+		got := addEnvoyRetries(in, mdGet(metadata.MD{MetadataEnvoyAttemptCount: vals}))
+		if got.UpstreamRetries < in.UpstreamRetries || got.UpstreamRetries > MaxUpstreamRetries {
+			t.Fatalf("upstream retries %d -> %d for %q", in.UpstreamRetries, got.UpstreamRetries, vals)
+		}
+		if got.Depth != in.Depth || got.Attempt != in.Attempt {
+			t.Fatalf("depth or attempt changed: %+v -> %+v", in, got)
+		}
+	})
+}
