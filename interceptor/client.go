@@ -123,6 +123,7 @@ func (c *call) retryable(code codes.Code) bool {
 // init prepares c for a call to method of target and records the request
 // in the budget.
 func (c *call) init(ctx context.Context, cfg *config, target, method string) {
+	target = normalizeTarget(target) // one key for every spelling of an address
 	*c = call{ctx: ctx, cfg: cfg, target: target, method: method, st: stateFrom(ctx)}
 	if c.st != nil {
 		c.info = c.st.info

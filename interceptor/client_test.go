@@ -147,7 +147,7 @@ func TestStopReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Trip the breaker for the test target.
-	p, _ := openSet.Get("passthrough:///payment").Allow()
+	p, _ := openSet.Get("payment").Allow()
 	p.Done(breaker.Failure)
 
 	tests := []struct {
@@ -215,7 +215,7 @@ func TestStopReasons(t *testing.T) {
 // does the Go error string.
 func TestBreakerMessageHidesTarget(t *testing.T) {
 	set, _ := breaker.NewSet(breaker.Config{MinimumCalls: 1, Clock: clock.NewFake(time.Unix(0, 0))}, 0)
-	p, _ := set.Get("passthrough:///payment").Allow()
+	p, _ := set.Get("payment").Allow() // the key of "passthrough:///payment"
 	p.Done(breaker.Failure)
 	f := &fakeInvoker{results: []error{nil}}
 	err := mustNew(t, WithBreaker(set)).UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke)

@@ -122,8 +122,8 @@ func TestRangeLimiters(t *testing.T) {
 		granted = l.Snapshot().Granted
 		return true
 	})
-	if fmt.Sprint(targets) != "[passthrough:///payment]" || granted != 2 {
-		t.Fatalf("limiters: got %v with %d retries granted, want [passthrough:///payment] with 2", targets, granted)
+	if fmt.Sprint(targets) != "[payment]" || granted != 2 { // the key of "passthrough:///payment"
+		t.Fatalf("limiters: got %v with %d retries granted, want [payment] with 2", targets, granted)
 	}
 }
 

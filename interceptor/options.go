@@ -65,6 +65,7 @@ type config struct {
 	breakers          *breaker.Set
 	perMethod         bool
 	untrusted         bool
+	ignoreEnvoy       bool // see WithEnvoyAttemptCount
 	replayLimit       int
 	observer          Observer
 

@@ -136,7 +136,7 @@ func TestClientStreamSuccessIsReported(t *testing.T) {
 	for range 5 {
 		_, _ = i.StreamClient()(parent, desc, newCC(t), "/svc/Upload", streamer)
 	}
-	if s := set.Get("passthrough:///payment").Snapshot(); s.State != breaker.Closed || s.Calls != 100 {
+	if s := set.Get("payment").Snapshot(); s.State != breaker.Closed || s.Calls != 100 {
 		t.Fatalf("breaker after 95 successes and 5 failures: %+v, want closed with 100 calls", s)
 	}
 }
@@ -163,7 +163,7 @@ func TestClientStreamSuccessIsReportedOverGRPC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := set.Get("passthrough:///gateway").Snapshot(); s.Calls != 20 || s.Failures != 0 {
+	if s := set.Get("gateway").Snapshot(); s.Calls != 20 || s.Failures != 0 {
 		t.Fatalf("breaker after 20 successful client streams: %+v, want 20 calls, 0 failures", s)
 	}
 }
@@ -268,7 +268,7 @@ func TestDontRetryOnlyForRetryableCodes(t *testing.T) {
 		set := mustSet(t, breaker.Config{MinimumCalls: 1, Clock: frozen()})
 		f := &fakeInvoker{results: []error{tt.result}, pushbacks: []string{tt.pushback}}
 		_ = mustNew(t, noWait, WithBreaker(set)).UnaryClient()(ctxTimeout(t, 10*time.Second), "/svc/M", nil, nil, newCC(t), f.invoke)
-		if s := set.Get("passthrough:///payment").Snapshot(); s.Failures != 0 {
+		if s := set.Get("payment").Snapshot(); s.Failures != 0 {
 			t.Errorf("%v with pushback %q: the breaker counted a failure", tt.result, tt.pushback)
 		}
 	}

@@ -32,6 +32,8 @@ type server struct {
 	untrusted bool
 	observer  Observer
 	retryable uint64 // codes answered with "do not retry"; see WithCodes
+
+	ignoreEnvoy bool // WithEnvoyAttemptCount(false)
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
@@ -45,6 +47,7 @@ func (s *server) begin(ctx context.Context, method string) *stateCtx {
 		if sc.st.info, stacked = incomingInfo(ctx); stacked {
 			s.stackedRetry(ctx, method, sc.st.info)
 		}
+		sc.st.info = s.envoyRetries(ctx, sc.st.info)
 	}
 	if s.observer != nil {
 		s.observer.Observe(ctx, Event{Kind: EventRequestReceived, Method: method, Info: sc.st.info})

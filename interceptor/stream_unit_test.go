@@ -141,7 +141,7 @@ func halfOpenSet(t *testing.T) (*breaker.Set, *breaker.Breaker) {
 	t.Helper()
 	fc := clock.NewFake(time.Unix(0, 0))
 	set := mustSet(t, breaker.Config{MinimumCalls: 1, HalfOpenProbes: 1, Clock: fc, Jitter: breaker.NoJitter})
-	b := set.Get("passthrough:///payment")
+	b := set.Get("payment")
 	p, _ := b.Allow()
 	p.Done(breaker.Failure)
 	fc.Advance(time.Minute)

@@ -206,19 +206,22 @@ func server(depth, n, pushbacks int) map[string]string {
 	return m
 }
 
-// client returns a client's data points for attempts that all failed with
-// UNAVAILABLE, scheduled retries, and refusals by reason.
-func client(attempts, retries int, refused map[string]int) map[string]string {
+// client returns a client's data points for attempts to target that all
+// failed with UNAVAILABLE, scheduled retries, and refusals by reason.
+// Client instruments carry the target: the normalized key of the
+// connection ("passthrough:///payment" is "payment").
+func client(target string, attempts, retries int, refused map[string]int) map[string]string {
+	tg := ",stormguard.target=" + target + "}"
 	m := map[string]string{
-		"stormguard.client.attempts{" + unary14 + "}":         fmt.Sprint(attempts),
-		"stormguard.client.attempt.duration{" + unary14 + "}": fmt.Sprintf("count=%d", attempts),
+		"stormguard.client.attempts{" + unary14 + tg:         fmt.Sprint(attempts),
+		"stormguard.client.attempt.duration{" + unary14 + tg: fmt.Sprintf("count=%d", attempts),
 	}
 	if retries > 0 {
-		m["stormguard.client.retries{"+unary+"}"] = fmt.Sprint(retries)
-		m["stormguard.client.retry.delay{"+unary+"}"] = fmt.Sprintf("count=%d", retries)
+		m["stormguard.client.retries{"+unary+tg] = fmt.Sprint(retries)
+		m["stormguard.client.retry.delay{"+unary+tg] = fmt.Sprintf("count=%d", retries)
 	}
 	for reason, n := range refused {
-		m[refusals+reason+"}"] = fmt.Sprint(n)
+		m[refusals+reason+tg] = fmt.Sprint(n)
 	}
 	return m
 }
@@ -241,9 +244,9 @@ func TestPaymentDownOneRequest(t *testing.T) {
 	c.Tier("payment").SetDown(codes.Unavailable)
 	call(t, c, codes.Unavailable)
 	checkMetrics(t, procs, map[string]map[string]string{
-		"edge":    client(1, 0, map[string]int{"pushback": 1}),
-		"gateway": merge(server(0, 1, 1), client(1, 0, map[string]int{"pushback": 1})),
-		"order":   merge(server(1, 1, 1), client(3, 2, map[string]int{"attempts": 1})),
+		"edge":    client("gateway", 1, 0, map[string]int{"pushback": 1}),
+		"gateway": merge(server(0, 1, 1), client("order", 1, 0, map[string]int{"pushback": 1})),
+		"order":   merge(server(1, 1, 1), client("payment", 3, 2, map[string]int{"attempts": 1})),
 		"payment": {},
 	})
 	if got := c.Tier("payment").Received(testsvc.Unary); got != 3 {
@@ -260,8 +263,8 @@ func TestServerSeesRetries(t *testing.T) {
 	c.Tier("payment").SetDown(codes.Unavailable)
 	call(t, c, codes.Unavailable)
 	checkMetrics(t, procs, map[string]map[string]string{
-		"edge":    client(1, 0, map[string]int{"pushback": 1}),
-		"gateway": merge(server(0, 1, 1), client(3, 2, map[string]int{"attempts": 1})),
+		"edge":    client("gateway", 1, 0, map[string]int{"pushback": 1}),
+		"gateway": merge(server(0, 1, 1), client("order", 3, 2, map[string]int{"attempts": 1})),
 		"order": {
 			"stormguard.server.request.attempt{" + unary + "}":          "count=3 sum=3 le0:1 le1:1 le2:1",
 			"stormguard.server.request.depth{" + unary + "}":            "count=3 sum=3 le1:3",
@@ -290,12 +293,12 @@ func TestBudgetRefusals(t *testing.T) {
 		call(t, c, codes.Unavailable)
 	}
 	ratio := func(target, v string) map[string]string {
-		return map[string]string{"stormguard.budget.ratio{stormguard.target=passthrough:///" + target + "}": v}
+		return map[string]string{"stormguard.budget.ratio{stormguard.target=" + target + "}": v}
 	}
 	checkMetrics(t, procs, map[string]map[string]string{
-		"edge":    merge(client(4, 0, map[string]int{"pushback": 4}), ratio("gateway", "0")),
-		"gateway": merge(server(0, 4, 4), client(4, 0, map[string]int{"pushback": 4}), ratio("order", "0")),
-		"order":   merge(server(1, 4, 4), client(6, 2, map[string]int{"budget": 4}), ratio("payment", "0.5")),
+		"edge":    merge(client("gateway", 4, 0, map[string]int{"pushback": 4}), ratio("gateway", "0")),
+		"gateway": merge(server(0, 4, 4), client("order", 4, 0, map[string]int{"pushback": 4}), ratio("order", "0")),
+		"order":   merge(server(1, 4, 4), client("payment", 6, 2, map[string]int{"budget": 4}), ratio("payment", "0.5")),
 		"payment": {},
 	})
 }
@@ -311,12 +314,12 @@ func TestThrottleTokens(t *testing.T) {
 	c.Tier("payment").SetDown(codes.Unavailable)
 	call(t, c, codes.Unavailable)
 	tokens := func(target, v string) map[string]string {
-		return map[string]string{"stormguard.throttle.tokens{stormguard.target=passthrough:///" + target + "}": v}
+		return map[string]string{"stormguard.throttle.tokens{stormguard.target=" + target + "}": v}
 	}
 	checkMetrics(t, procs, map[string]map[string]string{
-		"edge":    merge(client(1, 0, map[string]int{"pushback": 1}), tokens("gateway", "9")),
-		"gateway": merge(server(0, 1, 1), client(1, 0, map[string]int{"pushback": 1}), tokens("order", "9")),
-		"order":   merge(server(1, 1, 1), client(3, 2, map[string]int{"attempts": 1}), tokens("payment", "7")),
+		"edge":    merge(client("gateway", 1, 0, map[string]int{"pushback": 1}), tokens("gateway", "9")),
+		"gateway": merge(server(0, 1, 1), client("order", 1, 0, map[string]int{"pushback": 1}), tokens("order", "9")),
+		"order":   merge(server(1, 1, 1), client("payment", 3, 2, map[string]int{"attempts": 1}), tokens("payment", "7")),
 		"payment": {},
 	})
 }
@@ -345,14 +348,14 @@ func TestBreakerOpens(t *testing.T) {
 	}})
 	order := procs["order"]
 	const (
-		state       = "stormguard.breaker.state{stormguard.target=passthrough:///payment}"
-		transitions = "stormguard.breaker.transitions{stormguard.breaker.to_state=%s,stormguard.target=passthrough:///payment}"
+		state       = "stormguard.breaker.state{stormguard.target=payment}"
+		transitions = "stormguard.breaker.transitions{stormguard.breaker.to_state=%s,stormguard.target=payment}"
 	)
 	pay := c.Tier("payment")
 	pay.SetDown(codes.Unavailable)
 
 	call(t, c, codes.Unavailable)
-	want := merge(server(1, 1, 1), client(3, 2, map[string]int{"attempts": 1}), map[string]string{
+	want := merge(server(1, 1, 1), client("payment", 3, 2, map[string]int{"attempts": 1}), map[string]string{
 		state:                            "2",
 		fmt.Sprintf(transitions, "open"): "1",
 	})
@@ -361,7 +364,7 @@ func TestBreakerOpens(t *testing.T) {
 	}
 
 	call(t, c, codes.Unavailable)
-	want = merge(want, server(1, 2, 2), map[string]string{refusals + "breaker_open}": "1"})
+	want = merge(want, server(1, 2, 2), map[string]string{refusals + "breaker_open,stormguard.target=payment}": "1"})
 	if got := collect(t, order.reader); !maps.Equal(got, want) {
 		t.Fatalf("order after request 2:\n%s", diff(got, want))
 	}
@@ -373,18 +376,18 @@ func TestBreakerOpens(t *testing.T) {
 	fc.Advance(time.Second)
 	call(t, c, codes.OK)
 	want = merge(want, server(1, 3, 2), map[string]string{
-		state:                                                 "0",
-		fmt.Sprintf(transitions, "half_open"):                 "1",
-		fmt.Sprintf(transitions, "closed"):                    "1",
-		"stormguard.client.attempts{" + unaryOK + "}":         "1",
-		"stormguard.client.attempt.duration{" + unaryOK + "}": "count=1",
+		state:                                 "0",
+		fmt.Sprintf(transitions, "half_open"): "1",
+		fmt.Sprintf(transitions, "closed"):    "1",
+		"stormguard.client.attempts{" + unaryOK + ",stormguard.target=payment}":         "1",
+		"stormguard.client.attempt.duration{" + unaryOK + ",stormguard.target=payment}": "count=1",
 	})
 	if got := collect(t, order.reader); !maps.Equal(got, want) {
 		t.Fatalf("order after request 3:\n%s", diff(got, want))
 	}
 	// The tiers above saw two failures with the pushback, then a success.
 	gw := collect(t, procs["gateway"].reader)
-	if got, want := gw[refusals+"pushback}"], "2"; got != want {
+	if got, want := gw[refusals+"pushback,stormguard.target=order}"], "2"; got != want {
 		t.Errorf("gateway pushback refusals: got %s, want %s", got, want)
 	}
 }

@@ -38,11 +38,11 @@
 //
 //	| Instrument                                 | Kind                   | Unit         | Prometheus name                            | Attributes                                     | Meaning |
 //	|--------------------------------------------|------------------------|--------------|--------------------------------------------|------------------------------------------------|---------|
-//	| stormguard.client.attempts                 | Int64Counter           | {attempt}    | stormguard_client_attempts_total           | rpc.*, rpc.grpc.status_code                    | Client attempts that ended, first calls and retries alike, by code (EventAttemptEnd). |
-//	| stormguard.client.attempt.duration         | Float64Histogram       | s            | stormguard_client_attempt_duration_seconds | rpc.*, rpc.grpc.status_code                    | Duration of each client attempt (EventAttemptEnd). |
-//	| stormguard.client.retries                  | Int64Counter           | {retry}      | stormguard_client_retries_total            | rpc.*                                          | Retries scheduled: the "granted" outcome of a retry (EventRetryScheduled). |
-//	| stormguard.client.retry.refusals           | Int64Counter           | {refusal}    | stormguard_client_retry_refusals_total     | rpc.*, stormguard.reason                       | Retryable failures the client did not retry: the "refused" outcome, by reason (EventRetryRefused). |
-//	| stormguard.client.retry.delay              | Float64Histogram       | s            | stormguard_client_retry_delay_seconds      | rpc.*                                          | Wait before each scheduled retry (backoff or server pushback). |
+//	| stormguard.client.attempts                 | Int64Counter           | {attempt}    | stormguard_client_attempts_total           | rpc.*, stormguard.target, rpc.grpc.status_code | Client attempts that ended, first calls and retries alike, by code (EventAttemptEnd). |
+//	| stormguard.client.attempt.duration         | Float64Histogram       | s            | stormguard_client_attempt_duration_seconds | rpc.*, stormguard.target, rpc.grpc.status_code | Duration of each client attempt (EventAttemptEnd). |
+//	| stormguard.client.retries                  | Int64Counter           | {retry}      | stormguard_client_retries_total            | rpc.*, stormguard.target                       | Retries scheduled: the "granted" outcome of a retry (EventRetryScheduled). |
+//	| stormguard.client.retry.refusals           | Int64Counter           | {refusal}    | stormguard_client_retry_refusals_total     | rpc.*, stormguard.target, stormguard.reason    | Retryable failures the client did not retry: the "refused" outcome, by reason (EventRetryRefused). |
+//	| stormguard.client.retry.delay              | Float64Histogram       | s            | stormguard_client_retry_delay_seconds      | rpc.*, stormguard.target                       | Wait before each scheduled retry (backoff or server pushback). |
 //	| stormguard.server.request.attempt          | Int64Histogram         | {attempt}    | stormguard_server_request_attempt          | rpc.*                                          | The caller's attempt index of each incoming request: 0 is a first call, 1 the first retry. The share above 0 is the share of load that is retries. |
 //	| stormguard.server.request.depth            | Int64Histogram         | {hop}        | stormguard_server_request_depth            | rpc.*                                          | Hops from the edge of each incoming request (0: this tier is the edge). |
 //	| stormguard.server.request.upstream_retries | Int64Histogram         | {retry}      | stormguard_server_request_upstream_retries | rpc.*                                          | Retries in progress above this tier for each incoming request, the caller's included; > 0 makes the default tier policy stop retrying here. |
@@ -64,8 +64,13 @@
 //	not_retryable, canceled, other  not reported by the interceptors today
 //
 // stormguard.target is the key of the budget or breaker: the client
-// connection's target, such as "dns:///payment:443" (with the method
-// appended under interceptor.WithPerMethodKeys).
+// connection's target, normalized so that the spellings of one address are
+// one target ("dns:///payment:443", "passthrough:///payment:443" and
+// "payment:443" are all "payment:443"; other schemes are kept), with the
+// method appended under interceptor.WithPerMethodKeys. The client
+// instruments carry it, so a platform team can see which dependency a
+// service retries and is refused on; the server instruments do not (a
+// server's callers are not its targets).
 //
 // The gauges are read from the tracked breaker sets and interceptors when
 // the reader collects, not rebuilt from events: a process that restarts
@@ -81,7 +86,10 @@
 // Attribute sets are built once per method (for every code and reason) and
 // kept in a copy-on-write map, so Observe allocates nothing of its own;
 // with the SDK it makes no allocation per event at all (BenchmarkObserve).
-// At most MaxMethods distinct methods get their own attributes; further
-// methods are reported as rpc.method "_OTHER", so a client that sprays
-// unknown method names cannot grow the series without bound.
+// At most MaxMethods distinct methods (for client instruments: target and
+// method pairs) get their own attributes; further ones are reported as
+// rpc.method "_OTHER" (and stormguard.target "_OTHER"), so neither a
+// caller that sprays unknown method names nor a process that dials ever
+// new targets can grow the series without bound. Targets are the keys of
+// the breaker and budget sets, which breaker.NewSet caps as well.
 package stormotel

@@ -80,3 +80,61 @@ func TestReasonNames(t *testing.T) {
 		t.Fatalf("reasons reachable: %v, want all %d", seen, numReasons)
 	}
 }
+
+// TestTargetAttribute: client instruments carry stormguard.target, server
+// instruments do not, and distinct target and method pairs are capped at
+// MaxMethods like methods: a process that talks to ever new targets
+// cannot grow the series without bound.
+func TestTargetAttribute(t *testing.T) {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	m, err := New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const extra = 3
+	for i := range MaxMethods + extra {
+		m.Observe(ctx, interceptor.Event{Kind: interceptor.EventRetryScheduled, Method: "/pkg.S/M", Target: fmt.Sprintf("t%d:443", i)})
+	}
+	m.Observe(ctx, interceptor.Event{Kind: interceptor.EventRequestReceived, Method: "/pkg.S/M"})
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]int64{}
+	serverPoints := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, met := range sm.Metrics {
+			switch met.Name {
+			case "stormguard.client.retries":
+				for _, p := range met.Data.(metricdata.Sum[int64]).DataPoints {
+					v, ok := p.Attributes.Value(TargetKey)
+					if !ok {
+						t.Fatalf("a client data point without %s: %v", TargetKey, p.Attributes)
+					}
+					targets[v.AsString()] += p.Value
+				}
+			case "stormguard.server.request.attempt":
+				for _, p := range met.Data.(metricdata.Histogram[int64]).DataPoints {
+					serverPoints++
+					if _, ok := p.Attributes.Value(TargetKey); ok {
+						t.Errorf("a server data point with %s: %v", TargetKey, p.Attributes)
+					}
+				}
+			}
+		}
+	}
+	if got := targets["t0:443"]; got != 1 {
+		t.Errorf("retries for t0:443: got %d, want 1", got)
+	}
+	// One pair is the server's ("", /pkg.S/M) only if it came first; here
+	// the clients filled the cache, so the server's method is _OTHER too.
+	if len(targets) != MaxMethods+1 || targets[otherValue] != extra {
+		t.Errorf("got %d targets, %d retries under %s; want %d targets, %d", len(targets), targets[otherValue], otherValue, MaxMethods+1, extra)
+	}
+	if serverPoints != 1 {
+		t.Errorf("server data points: got %d, want 1", serverPoints)
+	}
+}

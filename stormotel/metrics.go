@@ -22,8 +22,10 @@ import (
 // ScopeName is the instrumentation scope of the meter stormotel uses.
 const ScopeName = "github.com/stormguard/stormguard/stormotel"
 
-// MaxMethods is the number of distinct full methods a Metrics reports
-// under their own names; later ones are reported as rpc.method "_OTHER".
+// MaxMethods is the number of distinct full methods (a client's: distinct
+// target and method pairs) a Metrics reports under their own names; later
+// ones are reported as rpc.method "_OTHER" (and stormguard.target
+// "_OTHER").
 const MaxMethods = 1024
 
 // The attribute keys stormotel adds to the semantic conventions'.
@@ -73,12 +75,13 @@ type Metrics struct {
 	throttleTokens  metric.Float64ObservableGauge
 	reg             metric.Registration
 
-	// methods maps a full method to its attributes. It is replaced, never
-	// changed, so that Observe reads it without a lock; mu serializes
-	// the replacements.
-	methods atomic.Pointer[map[string]*methodAttrs]
+	// methods maps a target and full method to their attributes. It is
+	// replaced, never changed, so that Observe reads it without a lock; mu
+	// serializes the replacements.
+	methods atomic.Pointer[map[attrKey]*methodAttrs]
 	mu      sync.Mutex
-	other   *methodAttrs // for methods past MaxMethods
+	other   *methodAttrs // for client pairs past MaxMethods
+	otherSv *methodAttrs // for server methods past MaxMethods
 
 	trackMu  sync.Mutex // guards sets and limiters; held while collecting
 	sets     []*breaker.Set
@@ -163,9 +166,10 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	empty := map[string]*methodAttrs{}
+	empty := map[attrKey]*methodAttrs{}
 	m.methods.Store(&empty)
-	m.other = newMethodAttrs("_OTHER")
+	m.other = newMethodAttrs(otherValue, otherValue)
+	m.otherSv = newMethodAttrs("", otherValue)
 	return m, nil
 }
 
@@ -213,23 +217,23 @@ func contains[T comparable](s []T, v T) bool {
 func (m *Metrics) Observe(ctx context.Context, e interceptor.Event) {
 	switch e.Kind {
 	case interceptor.EventAttemptEnd:
-		a := m.attrs(e.Method).code(e.Code)
+		a := m.attrs(e.Target, e.Method).code(e.Code)
 		m.attempts.Add(ctx, 1, a.add...)
 		m.attemptDuration.Record(ctx, e.Duration.Seconds(), a.rec...)
 	case interceptor.EventRetryScheduled:
-		a := &m.attrs(e.Method).base
+		a := &m.attrs(e.Target, e.Method).base
 		m.retries.Add(ctx, 1, a.add...)
 		m.retryDelay.Record(ctx, e.Delay.Seconds(), a.rec...)
 	case interceptor.EventRetryRefused:
-		a := &m.attrs(e.Method).reasons[reasonIndex(e.Reason)]
+		a := &m.attrs(e.Target, e.Method).reasons[reasonIndex(e.Reason)]
 		m.refusals.Add(ctx, 1, a.add...)
 	case interceptor.EventRequestReceived:
-		a := &m.attrs(e.Method).base
+		a := &m.attrs("", e.Method).base
 		m.serverAttempt.Record(ctx, int64(e.Info.Attempt), a.rec...)
 		m.serverDepth.Record(ctx, int64(e.Info.Depth), a.rec...)
 		m.serverUpstream.Record(ctx, int64(e.Info.UpstreamRetries), a.rec...)
 	case interceptor.EventPushbackSent:
-		a := m.attrs(e.Method).code(e.Code)
+		a := m.attrs("", e.Method).code(e.Code)
 		m.pushbacks.Add(ctx, 1, a.add...)
 	case interceptor.EventBreakerStateChange:
 		// Rare: no cache.
@@ -253,8 +257,16 @@ func newAttrOpts(kvs ...attribute.KeyValue) attrOpts {
 // numCodes is the number of gRPC codes with precomputed attributes.
 const numCodes = int(codes.Unauthenticated) + 1
 
-// methodAttrs are the attribute sets of one full method: rpc.*, and
-// rpc.* with each code and with each reason.
+// otherValue replaces the target and method past MaxMethods pairs.
+const otherValue = "_OTHER"
+
+// attrKey is the key of an attribute cache entry: the client's target
+// (empty for server events) and the full method.
+type attrKey struct{ target, method string }
+
+// methodAttrs are the attribute sets of one target and full method: rpc.*
+// (and stormguard.target, for a client's), and those with each code and
+// with each reason.
 type methodAttrs struct {
 	rpc     []attribute.KeyValue
 	base    attrOpts
@@ -262,12 +274,17 @@ type methodAttrs struct {
 	reasons [numReasons]attrOpts
 }
 
-func newMethodAttrs(fullMethod string) *methodAttrs {
+// newMethodAttrs builds the attribute sets of fullMethod, with target as
+// stormguard.target unless it is empty.
+func newMethodAttrs(target, fullMethod string) *methodAttrs {
 	rpc := []attribute.KeyValue{semconv.RPCSystemGRPC}
 	if service, method, ok := splitMethod(fullMethod); ok {
 		rpc = append(rpc, semconv.RPCService(service), semconv.RPCMethod(method))
 	} else {
 		rpc = append(rpc, semconv.RPCMethod(fullMethod))
+	}
+	if target != "" {
+		rpc = append(rpc, TargetKey.String(target))
 	}
 	a := &methodAttrs{rpc: rpc, base: newAttrOpts(rpc...)}
 	with := func(kv attribute.KeyValue) attrOpts {
@@ -303,25 +320,29 @@ func splitMethod(fullMethod string) (service, method string, ok bool) {
 	return s[:i], s[i+1:], true
 }
 
-// attrs returns the attribute sets of fullMethod, creating them on first
-// use.
-func (m *Metrics) attrs(fullMethod string) *methodAttrs {
-	if a, ok := (*m.methods.Load())[fullMethod]; ok {
+// attrs returns the attribute sets of target (empty for server events)
+// and fullMethod, creating them on first use.
+func (m *Metrics) attrs(target, fullMethod string) *methodAttrs {
+	k := attrKey{target, fullMethod}
+	if a, ok := (*m.methods.Load())[k]; ok {
 		return a
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	old := *m.methods.Load()
-	if a, ok := old[fullMethod]; ok {
+	if a, ok := old[k]; ok {
 		return a
 	}
 	if len(old) >= MaxMethods {
+		if target == "" {
+			return m.otherSv
+		}
 		return m.other
 	}
-	a := newMethodAttrs(fullMethod)
-	next := make(map[string]*methodAttrs, len(old)+1)
+	a := newMethodAttrs(target, fullMethod)
+	next := make(map[attrKey]*methodAttrs, len(old)+1)
 	maps.Copy(next, old)
-	next[fullMethod] = a
+	next[k] = a
 	m.methods.Store(&next)
 	return a
 }

@@ -118,7 +118,7 @@ const unary = `"method":"/stormguard.testsvc.v1.TestService/Unary"`
 // UNAVAILABLE the caller gets).
 func refused(level, proc, target, reason string, attempt, depth int) string {
 	return `{"level":"` + level + `","msg":"stormguard: retry refused","proc":"` + proc +
-		`","target":"passthrough:///` + target + `",` + unary + `,"reason":"` + reason +
+		`","target":"` + target + `",` + unary + `,"reason":"` + reason +
 		`","attempt":` + itoa(attempt) + `,"depth":` + itoa(depth) + `,"code":"Unavailable"}`
 }
 
@@ -146,7 +146,7 @@ func TestPaymentDownDebug(t *testing.T) {
 	c.Tier("payment").SetDown(codes.Unavailable)
 	call(t, c, codes.Unavailable)
 	scheduled := func(attempt int) string {
-		return `{"level":"DEBUG","msg":"stormguard: retry scheduled","proc":"order","target":"passthrough:///payment",` +
+		return `{"level":"DEBUG","msg":"stormguard: retry scheduled","proc":"order","target":"payment",` +
 			unary + `,"attempt":` + itoa(attempt) + `,"depth":1,"delay":"d"}`
 	}
 	pushback := func(proc string, depth int) string {
@@ -226,7 +226,7 @@ func TestBreakerLines(t *testing.T) {
 	call(t, c, codes.OK)
 	change := func(level, from, to string) string {
 		return `{"level":"` + level + `","msg":"stormguard: circuit breaker state changed","proc":"order",` +
-			`"target":"passthrough:///payment","from":"` + from + `","to":"` + to + `"}`
+			`"target":"payment","from":"` + from + `","to":"` + to + `"}`
 	}
 	checkLines(t, &buf, []string{
 		change("WARN", "closed", "open"),

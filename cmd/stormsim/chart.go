@@ -42,90 +42,77 @@ func rates(s []sample) plotter.XYs {
 	return xys
 }
 
-// writeChart draws calls per second at payment over time, one line per
-// mode, with the kill and each mode's restart marked, and writes it to path
-// in the format its extension names. It writes a temporary file next to
-// path and renames it, so a reader never sees half a chart.
-// broke and back name the two marks: "payment killed" and "payment
-// restarted", or for --flaky "payment failing" and "payment healthy".
+// Chart geometry: one panel per mode, stacked, sharing both axes.
+const (
+	chartWidth  = 8 * vg.Inch
+	panelHeight = 1.5 * vg.Inch
+	headHeight  = 0.55 * vg.Inch // the chart's title and the key of the marks
+)
+
+// writeChart draws calls per second at payment over time, one panel per
+// mode (stacked, on the same axes, so that the modes compare at a glance),
+// with payment's kill as a dashed line at 0 and the mode's restart as a
+// triangle. There is no legend over the lines: each panel names its mode
+// and its calls at payment per user request, and the head of the chart
+// says what the marks are. broke and back name them: "payment killed" and
+// "payment restarted", or for --flaky "payment failing" and "payment
+// healthy". It writes path in the format its extension names, through a
+// temporary file next to it, so a reader never sees half a chart.
 func writeChart(path, title, broke, back string, rs []result) error {
 	format, err := chartFormat(path)
 	if err != nil {
 		return err
 	}
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "seconds since payment broke"
-	p.Y.Label.Text = "calls per second at payment"
-	p.Legend.Top = true
-	p.Add(plotter.NewGrid())
-
-	ymax := 1.0
-	for i, r := range rs {
-		xys := rates(r.series)
-		for _, xy := range xys {
-			ymax = max(ymax, xy.Y)
-		}
-		line, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		line.Color = plotutil.Color(i)
-		line.Width = vg.Points(1.5)
-		p.Add(line)
-		p.Legend.Add(r.Mode, line)
+	if len(rs) == 0 {
+		return fmt.Errorf("no mode to chart")
 	}
-
-	// Payment broke at 0: a vertical line.
-	top := ymax * 1.4 // room for the legend above the lines
-	kill, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 0, Y: top}})
-	if err != nil {
-		return err
-	}
-	kill.Color = color.RGBA{R: 200, A: 255}
-	kill.Width = vg.Points(1)
-	kill.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	p.Add(kill)
-	p.Legend.Add(broke, kill)
-
-	// Each mode restarts payment when its sustained phase has drained: a
-	// triangle on the mode's line.
-	for i, r := range rs {
-		if r.restartAt <= 0 {
-			continue
-		}
-		y := 0.0
+	ymax, xmax := 1.0, 1.0
+	for _, r := range rs {
 		for _, xy := range rates(r.series) {
-			if xy.X <= r.restartAt.Seconds() {
-				y = xy.Y
-			}
+			ymax, xmax = max(ymax, xy.Y), max(xmax, xy.X)
 		}
-		mark, err := plotter.NewScatter(plotter.XYs{{X: r.restartAt.Seconds(), Y: y}})
+		xmax = max(xmax, r.restartAt.Seconds())
+	}
+	top := ymax * 1.1
+	plots := make([][]*plot.Plot, len(rs))
+	for i, r := range rs {
+		p, err := panel(r, plotutil.Color(i), top)
 		if err != nil {
 			return err
 		}
-		mark.GlyphStyle = draw.GlyphStyle{Color: plotutil.Color(i), Radius: vg.Points(5), Shape: draw.PyramidGlyph{}}
-		p.Add(mark)
-		if i == 0 {
-			legend := *mark
-			legend.GlyphStyle.Color = color.Black
-			p.Legend.Add(back, &legend)
+		p.X.Min, p.X.Max = -0.2, xmax
+		if i == len(rs)-1 {
+			p.X.Label.Text = "seconds since " + broke
 		}
+		plots[i] = []*plot.Plot{p}
 	}
-	p.X.Min = -0.2
-	p.Y.Min = 0
-	p.Y.Max = top
 
-	wt, err := p.WriterTo(8*vg.Inch, 4.5*vg.Inch, format)
+	c, err := draw.NewFormattedCanvas(chartWidth, headHeight+panelHeight*vg.Length(len(rs)), format)
 	if err != nil {
 		return err
 	}
+	dc := draw.New(c)
+	head := plots[0][0].Title.TextStyle
+	head.Font.Size = vg.Points(13)
+	head.XAlign = draw.XCenter
+	head.YAlign = draw.YTop
+	dc.FillText(head, vg.Point{X: chartWidth / 2, Y: dc.Max.Y - vg.Points(4)}, title)
+	key := head
+	key.Font.Size = vg.Points(9)
+	dc.FillText(key, vg.Point{X: chartWidth / 2, Y: dc.Max.Y - vg.Points(22)},
+		fmt.Sprintf("dashed line at 0: %s; triangle: %s; every panel on the same scale", broke, back))
+	tiles := draw.Tiles{Rows: len(rs), Cols: 1, PadTop: headHeight, PadBottom: vg.Points(4),
+		PadLeft: vg.Points(4), PadRight: vg.Points(12), PadY: vg.Points(6)}
+	for i, cs := range plot.Align(plots, tiles, dc) {
+		plots[i][0].Draw(cs[0])
+	}
+
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
-	if _, err := wt.WriteTo(f); err != nil {
+	if _, err := c.WriteTo(f); err != nil {
 		_ = f.Close()
 		_ = os.Remove(tmp)
 		return err
@@ -135,6 +122,50 @@ func writeChart(path, title, broke, back string, rs []result) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// panel is one mode's plot: its line, the kill at 0 and its restart.
+func panel(r result, c color.Color, top float64) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s: %.2f calls at payment per user request", r.Mode, r.Sustained.Amplification)
+	p.Title.TextStyle.Font.Size = vg.Points(10)
+	p.Y.Label.Text = "calls/s"
+	p.Y.Min, p.Y.Max = 0, top
+	p.Add(plotter.NewGrid())
+
+	xys := rates(r.series)
+	line, err := plotter.NewLine(xys)
+	if err != nil {
+		return nil, err
+	}
+	line.Color = c
+	line.Width = vg.Points(1.5)
+	p.Add(line)
+
+	kill, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 0, Y: top}})
+	if err != nil {
+		return nil, err
+	}
+	kill.Color = color.RGBA{R: 200, A: 255}
+	kill.Width = vg.Points(1)
+	kill.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(kill)
+
+	if r.restartAt > 0 {
+		y := 0.0
+		for _, xy := range xys {
+			if xy.X <= r.restartAt.Seconds() {
+				y = xy.Y
+			}
+		}
+		mark, err := plotter.NewScatter(plotter.XYs{{X: r.restartAt.Seconds(), Y: y}})
+		if err != nil {
+			return nil, err
+		}
+		mark.GlyphStyle = draw.GlyphStyle{Color: c, Radius: vg.Points(5), Shape: draw.PyramidGlyph{}}
+		p.Add(mark)
+	}
+	return p, nil
 }
 
 // checkWritableDir reports whether a file can be created next to path.

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -78,7 +79,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flaky := fs.Float64("flaky", 0, "instead of killing payment, make it fail each call with `probability` p in (0, 1]; 0 kills it")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
 	asJSON := fs.Bool("json", false, "print one JSON array, one object per mode, instead of the table")
-	chart := fs.String("chart", "stormsim.svg", "write the chart of calls per second at payment to `path` (.svg, .png, .pdf, ...); empty for none")
+	chart := fs.String("chart", "", "write the chart of calls per second at payment, one panel per mode, to `path` (.svg, .png, .pdf, ...); none by default")
 	maxRecovery := fs.Duration("max-recovery", 8*time.Second, "how long to wait for recovery after payment is back")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -148,8 +149,14 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := writeChart(*chart, title, broke, back, rs); err != nil {
 			return fmt.Errorf("chart: %w", err)
 		}
-		if !*asJSON {
-			fmt.Fprintf(stdout, "\nchart: %s\n", *chart)
+		where := *chart
+		if abs, err := filepath.Abs(where); err == nil {
+			where = abs
+		}
+		if *asJSON { // stdout is the JSON alone
+			fmt.Fprintf(stderr, "stormsim: chart written to %s\n", where)
+		} else {
+			fmt.Fprintf(stdout, "\nchart written to %s\n", where)
 		}
 	}
 	return nil

@@ -138,6 +138,9 @@ func TestJSON(t *testing.T) {
 	if _, err := os.Stat(chart + ".tmp"); !os.IsNotExist(err) {
 		t.Fatalf("temporary chart file left behind: %v", err)
 	}
+	if want := "chart written to " + chart; !strings.Contains(stderr.String(), want) {
+		t.Fatalf("stderr %q does not say %q", stderr.String(), want)
+	}
 }
 
 func TestTable(t *testing.T) {

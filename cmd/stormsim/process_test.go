@@ -364,7 +364,7 @@ func TestMetricsDuringOutage(t *testing.T) {
 	want := []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^stormguard_client_retry_refusals_total\{[^}]*stormguard_reason="attempts"[^}]*\} [1-9]`),
 		regexp.MustCompile(`(?m)^stormguard_client_retry_refusals_total\{[^}]*stormguard_reason="breaker_open"[^}]*\} [1-9]`),
-		regexp.MustCompile(`(?m)^stormguard_breaker_state\{[^}]*stormguard_target="passthrough:///` + regexp.QuoteMeta(pay.addr) + `"[^}]*\} 2$`),
+		regexp.MustCompile(`(?m)^stormguard_breaker_state\{[^}]*stormguard_target="` + regexp.QuoteMeta(pay.addr) + `"[^}]*\} 2$`),
 		regexp.MustCompile(`(?m)^stormguard_breaker_transitions_total\{[^}]*stormguard_breaker_to_state="open"[^}]*\} [1-9]`),
 		regexp.MustCompile(`(?m)^stormguard_server_pushbacks_total\{[^}]*\} [1-9]`),
 	}
