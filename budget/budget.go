@@ -19,6 +19,12 @@ const (
 	// MinWindow and MaxWindow bound Config.Window.
 	MinWindow = time.Second
 	MaxWindow = 10 * time.Minute
+
+	// MaxMinRetriesPerSecond bounds Config.MinRetriesPerSecond. A floor
+	// of a billion retries a second is no limit at all in practice; the
+	// bound keeps the floor, counted in millionths over the longest
+	// window, far inside an int64.
+	MaxMinRetriesPerSecond = 1e9
 )
 
 // numBuckets is the number of time buckets the window is divided into.
@@ -52,7 +58,9 @@ type Config struct {
 	// MinRetriesPerSecond is the floor that lets a quiet client retry: the
 	// window always allows MinRetriesPerSecond x Window.Seconds() retries
 	// on top of the ratio. Zero means DefaultMinRetriesPerSecond (10); set
-	// NoFloor for a floor of zero. Valid: finite and >= 0.
+	// NoFloor for a floor of zero. Valid: 0 <= MinRetriesPerSecond <=
+	// MaxMinRetriesPerSecond (1e9), not NaN. It is rounded, like Ratio, so
+	// that the floor per window is a whole number of millionths.
 	MinRetriesPerSecond float64
 
 	// NoFloor sets the floor to zero, so retries are allowed only by the
@@ -165,8 +173,10 @@ func (c *Config) resolve() error {
 		return fmt.Errorf("%w: Ratio %v out of range [0, 1]", ErrInvalidConfig, c.Ratio)
 	case c.Window != 0 && (c.Window < MinWindow || c.Window > MaxWindow):
 		return fmt.Errorf("%w: Window %v out of range [%v, %v]", ErrInvalidConfig, c.Window, MinWindow, MaxWindow)
-	case math.IsNaN(c.MinRetriesPerSecond) || math.IsInf(c.MinRetriesPerSecond, 0) || c.MinRetriesPerSecond < 0:
-		return fmt.Errorf("%w: MinRetriesPerSecond %v must be finite and >= 0 (use NoFloor for no floor)", ErrInvalidConfig, c.MinRetriesPerSecond)
+	case math.IsNaN(c.MinRetriesPerSecond) || c.MinRetriesPerSecond < 0 || c.MinRetriesPerSecond > MaxMinRetriesPerSecond:
+		// !(x <= max) also catches +Inf; NaN fails every comparison.
+		return fmt.Errorf("%w: MinRetriesPerSecond %v out of range [0, %g] (use NoFloor for no floor)",
+			ErrInvalidConfig, c.MinRetriesPerSecond, float64(MaxMinRetriesPerSecond))
 	case c.NoFloor && c.MinRetriesPerSecond != 0:
 		return fmt.Errorf("%w: MinRetriesPerSecond %v must be 0 when NoFloor is set", ErrInvalidConfig, c.MinRetriesPerSecond)
 	}
