@@ -34,10 +34,15 @@ const numBuckets = 10
 // Check it with errors.Is.
 var ErrInvalidConfig = errors.New("budget: invalid config")
 
-// Clock tells the time; clock.Real and clock.Fake from this module satisfy
-// it. Durations are taken as Now().Sub(start), so a clock whose readings
-// carry Go's monotonic component (time.Now does) is immune to wall-clock
-// jumps.
+// Clock tells the time. Nil in Config means the system clock (time.Now).
+// Durations are taken as Now().Sub(start), so a clock whose readings carry
+// Go's monotonic component (time.Now's do) is immune to wall-clock jumps.
+// Implementations must be safe for concurrent use.
+//
+// To test code that uses a Budget without waiting for real time, write a
+// fake: a struct with a mutex and a time.Time whose Now returns the time
+// and whose Advance moves it (see the Clock example). A fake that goes
+// back is allowed: the Budget treats it as standing still.
 type Clock interface {
 	Now() time.Time
 }
@@ -47,7 +52,9 @@ type Clock interface {
 type Config struct {
 	// Ratio is the largest share of retries relative to first attempts in
 	// the window: 0.2 means 1 retry per 5 requests. Zero means
-	// DefaultRatio (0.2). Valid: 0 <= Ratio <= 1, not NaN.
+	// DefaultRatio (0.2), not "no retries": Ratio cannot be set to zero.
+	// Valid: 0 < Ratio <= 1, or zero for the default. It is rounded to six
+	// decimal places.
 	Ratio float64
 
 	// Window is the length of the sliding window. Zero means
@@ -68,8 +75,8 @@ type Config struct {
 	// MinRetriesPerSecond must then be zero.
 	NoFloor bool
 
-	// Clock is the time source. Nil means the system clock, clock.Real,
-	// which is then read with time.Since: one monotonic clock read per call.
+	// Clock is the time source. Nil means the system clock, which is then
+	// read with time.Since: one monotonic clock read per call.
 	Clock Clock
 }
 
@@ -170,7 +177,7 @@ func New(cfg Config) (*Budget, error) {
 func (c *Config) resolve() error {
 	switch {
 	case math.IsNaN(c.Ratio) || c.Ratio < 0 || c.Ratio > 1:
-		return fmt.Errorf("%w: Ratio %v out of range [0, 1]", ErrInvalidConfig, c.Ratio)
+		return fmt.Errorf("%w: Ratio %v out of range (0, 1] (0 means the default, %v)", ErrInvalidConfig, c.Ratio, DefaultRatio)
 	case c.Window != 0 && (c.Window < MinWindow || c.Window > MaxWindow):
 		return fmt.Errorf("%w: Window %v out of range [%v, %v]", ErrInvalidConfig, c.Window, MinWindow, MaxWindow)
 	case math.IsNaN(c.MinRetriesPerSecond) || c.MinRetriesPerSecond < 0 || c.MinRetriesPerSecond > MaxMinRetriesPerSecond:
