@@ -17,6 +17,7 @@ func New(opts ...Option) (*Interceptors, error) {
 	if err != nil {
 		return nil, err
 	}
+	wireBreakerObserver(&cfg)
 	return &Interceptors{client: client{cfg: cfg}, server: server{untrusted: cfg.untrusted, observer: cfg.observer, retryable: cfg.retryable}}, nil
 }
 
