@@ -11,7 +11,9 @@ type Interceptors struct {
 }
 
 // New validates opts and builds the interceptors. Its error names the
-// first invalid option and wraps ErrInvalidOption.
+// first invalid option and wraps ErrInvalidOption. Given both WithObserver
+// and WithBreaker, it reports the Set's breaker changes to the observer
+// (see BreakerObserver).
 func New(opts ...Option) (*Interceptors, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
