@@ -340,8 +340,11 @@ func jittered(d time.Duration, j, u float64) time.Duration {
 	case u > 1:
 		u = 1
 	}
-	off := float64(d) * j * (2*u - 1)
-	return d + time.Duration(off)
+	off := time.Duration(float64(d) * j * (2*u - 1))
+	if off > 0 && d > math.MaxInt64-off {
+		return math.MaxInt64 // saturate: an interval near 292 years plus jitter
+	}
+	return d + off
 }
 
 // setState moves to state to with a new generation, records the change

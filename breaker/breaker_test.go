@@ -458,10 +458,39 @@ func TestStaleResults(t *testing.T) {
 	})
 }
 
+// TestZeroPermit: the zero Permit that Allow returns with ErrOpen is no
+// probe, and reporting any outcome on it changes nothing: it neither frees
+// a probe slot nor counts towards closing or reopening the breaker.
 func TestZeroPermit(t *testing.T) {
-	var p Permit
-	p.Done(Success)
-	p.Done(Failure)
+	b, clk := newTest(t, Config{MinimumCalls: 1, HalfOpenProbes: 2})
+	trip(t, b)
+	p, err := b.Allow()
+	if err == nil || p != (Permit{}) || p.Probe() {
+		t.Fatalf("Allow on an open breaker: got %+v, %v; want the zero Permit and ErrOpen", p, err)
+	}
+	p.Done(Failure) // must not count as a failed probe, nor reopen
+	clk.Advance(time.Second)
+	probe1, err1 := b.Allow()
+	probe2, err2 := b.Allow()
+	if err1 != nil || err2 != nil || !probe1.Probe() || !probe2.Probe() {
+		t.Fatalf("after the open interval: got %v, %v; want two probes", err1, err2)
+	}
+	refused, err := b.Allow()
+	if err == nil {
+		t.Fatal("a third probe was let through with HalfOpenProbes 2")
+	}
+	for range 3 {
+		refused.Done(Success) // must not free a slot, nor count a success
+		refused.Done(Ignored)
+	}
+	if _, err := b.Allow(); err == nil {
+		t.Fatal("the zero Permit's Done freed a probe slot")
+	}
+	wantState(t, b, HalfOpen)
+	probe1.Done(Success)
+	wantState(t, b, HalfOpen) // one success of two: the zero Permit's did not count
+	probe2.Done(Success)
+	wantState(t, b, Closed)
 }
 
 func TestConsecutiveFailures(t *testing.T) {
@@ -782,10 +811,11 @@ func TestStress(t *testing.T) {
 		goroutines = 8
 		perG       = 5000
 		probes     = 3
+		hold       = 4 // permits a goroutine holds at once
 	)
 	var (
 		mu       sync.Mutex
-		inFlight = map[uint64]int{} // per half-open period
+		inFlight = map[uint64]int{} // probes held, per half-open period
 		maxSeen  int
 		changes  atomic.Int64
 	)
@@ -793,33 +823,49 @@ func TestStress(t *testing.T) {
 		HalfOpenProbes: probes, Rand: rand.Float64, MinimumCalls: 10,
 		OnStateChange: func(string, State, State) { changes.Add(1) },
 	})
+	// Each goroutine holds up to hold permits and reports a random one
+	// when it has that many, so probes overlap within one goroutine and
+	// across goroutines. A probe is counted from after Allow to before
+	// Done, a subset of the time the breaker holds its slot, so the count
+	// can never exceed a correct limit; a broken limit shows as soon as a
+	// goroutine asks for one probe more than the limit while holding its
+	// own.
+	release := func(p Permit, o Outcome) {
+		if stateOf(p.word) == HalfOpen {
+			mu.Lock()
+			inFlight[p.word]--
+			mu.Unlock()
+		}
+		p.Done(o)
+	}
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(g), 1))
+			var held []Permit
 			for range perG {
 				if r.IntN(50) == 0 {
 					clk.Advance(time.Duration(r.IntN(3000)) * time.Millisecond)
 				}
 				p, err := b.Allow()
-				if err != nil {
-					continue
+				if err == nil {
+					if stateOf(p.word) == HalfOpen {
+						mu.Lock()
+						inFlight[p.word]++
+						maxSeen = max(maxSeen, inFlight[p.word])
+						mu.Unlock()
+					}
+					held = append(held, p)
 				}
-				probe := stateOf(p.word) == HalfOpen
-				if probe {
-					mu.Lock()
-					inFlight[p.word]++
-					maxSeen = max(maxSeen, inFlight[p.word])
-					mu.Unlock()
+				if len(held) == hold || err != nil && len(held) > 0 {
+					i := r.IntN(len(held))
+					release(held[i], Outcome(r.IntN(3)))
+					held = slices.Delete(held, i, i+1)
 				}
-				o := Outcome(r.IntN(3))
-				if probe {
-					mu.Lock()
-					inFlight[p.word]--
-					mu.Unlock()
-				}
-				p.Done(o)
 				_ = b.Snapshot()
+			}
+			for _, p := range held {
+				release(p, Outcome(r.IntN(3)))
 			}
 		})
 	}
@@ -828,10 +874,10 @@ func TestStress(t *testing.T) {
 		t.Fatalf("got %d concurrent probes in one half-open period, want at most %d", maxSeen, probes)
 	}
 	s := b.Snapshot()
-	if s.TimesOpened == 0 {
-		t.Fatalf("breaker never opened under 1/3 failures with MinimumCalls 10: %+v", s)
+	if s.TimesOpened == 0 || maxSeen == 0 {
+		t.Fatalf("breaker never opened or never probed under 1/3 failures with MinimumCalls 10: %+v, %d probes at most", s, maxSeen)
 	}
-	t.Logf("final %+v, %d state changes", s, changes.Load())
+	t.Logf("final %+v, %d state changes, %d concurrent probes at most", s, changes.Load(), maxSeen)
 }
 
 // TestClockBackKeepsOutcomes: outcomes recorded after the clock went back

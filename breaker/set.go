@@ -21,9 +21,12 @@ import (
 // breaker keeps working for whoever holds it, but the Set forgets it: the
 // next Get for its key creates a fresh, closed breaker.
 type Set struct {
-	cfg Config // normalized
+	cfg Config // normalized; OnStateChange is the user's
 	max int
 	m   sync.Map // string -> *entry
+
+	// listeners are called after cfg.OnStateChange; copy on write under mu.
+	listeners atomic.Pointer[[]func(name string, from, to State)]
 
 	mu   sync.Mutex // serializes inserts and evictions
 	ring []*entry   // guarded by mu; the clock hand sweeps it
@@ -74,6 +77,7 @@ func (s *Set) insert(key string) *Breaker {
 	}
 	cfg := s.cfg
 	cfg.Name = key
+	cfg.OnStateChange = s.stateChanged
 	e := &entry{key: key, b: newBreaker(cfg)}
 	e.used.Store(true)
 	if len(s.ring) < s.max {
@@ -144,4 +148,43 @@ func (s *Set) Snapshot() map[string]Snapshot {
 		return true
 	})
 	return out
+}
+
+// Config returns the Config the Set makes its breakers from, with defaults
+// filled in. Its OnStateChange is the one given to NewSet.
+func (s *Set) Config() Config { return s.cfg }
+
+// AddStateListener adds f to the functions called after each state change
+// of every breaker of the set, those that exist and those to come, after
+// the Config's OnStateChange and with the same guarantees: never with a
+// lock held, serialized per breaker, in the order of the changes. A nil f
+// is ignored. There is no removal: add a listener once per Set (the
+// interceptor package adds one when a Set is given together with an
+// observer). If OnStateChange or a listener panics, the listeners after
+// it miss that change.
+func (s *Set) AddStateListener(f func(name string, from, to State)) {
+	if f == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next []func(string, State, State)
+	if old := s.listeners.Load(); old != nil {
+		next = append(next, *old...)
+	}
+	next = append(next, f)
+	s.listeners.Store(&next)
+}
+
+// stateChanged is the OnStateChange of every breaker of the set: the
+// user's callback, then the listeners.
+func (s *Set) stateChanged(name string, from, to State) {
+	if f := s.cfg.OnStateChange; f != nil {
+		f(name, from, to)
+	}
+	if ls := s.listeners.Load(); ls != nil {
+		for _, f := range *ls {
+			f(name, from, to)
+		}
+	}
 }

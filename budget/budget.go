@@ -19,6 +19,12 @@ const (
 	// MinWindow and MaxWindow bound Config.Window.
 	MinWindow = time.Second
 	MaxWindow = 10 * time.Minute
+
+	// MaxMinRetriesPerSecond bounds Config.MinRetriesPerSecond. A floor
+	// of a billion retries a second is no limit at all in practice; the
+	// bound keeps the floor, counted in millionths over the longest
+	// window, far inside an int64.
+	MaxMinRetriesPerSecond = 1e9
 )
 
 // numBuckets is the number of time buckets the window is divided into.
@@ -28,10 +34,15 @@ const numBuckets = 10
 // Check it with errors.Is.
 var ErrInvalidConfig = errors.New("budget: invalid config")
 
-// Clock tells the time; clock.Real and clock.Fake from this module satisfy
-// it. Durations are taken as Now().Sub(start), so a clock whose readings
-// carry Go's monotonic component (time.Now does) is immune to wall-clock
-// jumps.
+// Clock tells the time. Nil in Config means the system clock (time.Now).
+// Durations are taken as Now().Sub(start), so a clock whose readings carry
+// Go's monotonic component (time.Now's do) is immune to wall-clock jumps.
+// Implementations must be safe for concurrent use.
+//
+// To test code that uses a Budget without waiting for real time, write a
+// fake: a struct with a mutex and a time.Time whose Now returns the time
+// and whose Advance moves it (see the Clock example). A fake that goes
+// back is allowed: the Budget treats it as standing still.
 type Clock interface {
 	Now() time.Time
 }
@@ -41,7 +52,9 @@ type Clock interface {
 type Config struct {
 	// Ratio is the largest share of retries relative to first attempts in
 	// the window: 0.2 means 1 retry per 5 requests. Zero means
-	// DefaultRatio (0.2). Valid: 0 <= Ratio <= 1, not NaN.
+	// DefaultRatio (0.2), not "no retries": Ratio cannot be set to zero.
+	// Valid: 0 < Ratio <= 1, or zero for the default. It is rounded to six
+	// decimal places.
 	Ratio float64
 
 	// Window is the length of the sliding window. Zero means
@@ -52,7 +65,9 @@ type Config struct {
 	// MinRetriesPerSecond is the floor that lets a quiet client retry: the
 	// window always allows MinRetriesPerSecond x Window.Seconds() retries
 	// on top of the ratio. Zero means DefaultMinRetriesPerSecond (10); set
-	// NoFloor for a floor of zero. Valid: finite and >= 0.
+	// NoFloor for a floor of zero. Valid: 0 <= MinRetriesPerSecond <=
+	// MaxMinRetriesPerSecond (1e9), not NaN. It is rounded, like Ratio, so
+	// that the floor per window is a whole number of millionths.
 	MinRetriesPerSecond float64
 
 	// NoFloor sets the floor to zero, so retries are allowed only by the
@@ -60,8 +75,8 @@ type Config struct {
 	// MinRetriesPerSecond must then be zero.
 	NoFloor bool
 
-	// Clock is the time source. Nil means the system clock, clock.Real,
-	// which is then read with time.Since: one monotonic clock read per call.
+	// Clock is the time source. Nil means the system clock, which is then
+	// read with time.Since: one monotonic clock read per call.
 	Clock Clock
 }
 
@@ -162,11 +177,13 @@ func New(cfg Config) (*Budget, error) {
 func (c *Config) resolve() error {
 	switch {
 	case math.IsNaN(c.Ratio) || c.Ratio < 0 || c.Ratio > 1:
-		return fmt.Errorf("%w: Ratio %v out of range [0, 1]", ErrInvalidConfig, c.Ratio)
+		return fmt.Errorf("%w: Ratio %v out of range (0, 1] (0 means the default, %v)", ErrInvalidConfig, c.Ratio, DefaultRatio)
 	case c.Window != 0 && (c.Window < MinWindow || c.Window > MaxWindow):
 		return fmt.Errorf("%w: Window %v out of range [%v, %v]", ErrInvalidConfig, c.Window, MinWindow, MaxWindow)
-	case math.IsNaN(c.MinRetriesPerSecond) || math.IsInf(c.MinRetriesPerSecond, 0) || c.MinRetriesPerSecond < 0:
-		return fmt.Errorf("%w: MinRetriesPerSecond %v must be finite and >= 0 (use NoFloor for no floor)", ErrInvalidConfig, c.MinRetriesPerSecond)
+	case math.IsNaN(c.MinRetriesPerSecond) || c.MinRetriesPerSecond < 0 || c.MinRetriesPerSecond > MaxMinRetriesPerSecond:
+		// !(x <= max) also catches +Inf; NaN fails every comparison.
+		return fmt.Errorf("%w: MinRetriesPerSecond %v out of range [0, %g] (use NoFloor for no floor)",
+			ErrInvalidConfig, c.MinRetriesPerSecond, float64(MaxMinRetriesPerSecond))
 	case c.NoFloor && c.MinRetriesPerSecond != 0:
 		return fmt.Errorf("%w: MinRetriesPerSecond %v must be 0 when NoFloor is set", ErrInvalidConfig, c.MinRetriesPerSecond)
 	}

@@ -6,11 +6,10 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/budget"
-	"github.com/stormguard/stormguard/internal/clock"
 )
 
 func ExampleBudget() {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	b, err := budget.New(budget.Config{Ratio: 0.2, NoFloor: true, Clock: clk})
 	if err != nil {
 		panic(err)
@@ -43,7 +42,7 @@ func ExampleNew_invalid() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// budget: invalid config: Ratio 1.5 out of range [0, 1]
+	// budget: invalid config: Ratio 1.5 out of range (0, 1] (0 means the default, 0.2)
 }
 
 func ExampleThrottle() {
@@ -81,7 +80,7 @@ func call(l budget.Limiter, maxAttempts int, attempt func() error) error {
 }
 
 func ExampleLimiter() {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	b, _ := budget.New(budget.Config{NoFloor: true, Clock: clk}) // 20 % of requests
 	down := errors.New("unavailable")
 	calls := 0

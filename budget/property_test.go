@@ -1,7 +1,6 @@
 package budget
 
 import (
-	"math"
 	"math/rand"
 	"reflect"
 	"sort"
@@ -24,20 +23,19 @@ func (script) Generate(r *rand.Rand, size int) reflect.Value {
 	return reflect.ValueOf(s)
 }
 
-// params is a random valid Config.
+// params is a random valid Config, chosen so that the model can decide in
+// exact integers of its own: Ratio is Percent/100, the floor Eighths/8
+// retries a second, and Window a whole number of seconds.
 type params struct {
-	Ratio  float64
-	Window time.Duration
-	Floor  float64 // 0 means NoFloor
+	Percent int // Ratio x 100, 1 to 100
+	Seconds int // Window in seconds, 1 to 30
+	Eighths int // MinRetriesPerSecond x 8; 0 means NoFloor
 }
 
 func (params) Generate(r *rand.Rand, size int) reflect.Value {
-	p := params{
-		Ratio:  float64(r.Intn(100)+1) / 100,
-		Window: time.Duration(r.Intn(30)+1) * time.Second,
-	}
+	p := params{Percent: r.Intn(100) + 1, Seconds: r.Intn(30) + 1}
 	if r.Intn(3) > 0 {
-		p.Floor = float64(r.Intn(20)) / 8
+		p.Eighths = r.Intn(20)
 	}
 	return reflect.ValueOf(p)
 }
@@ -64,10 +62,11 @@ type event struct {
 //     requests are not enough.
 func TestPropertyBudgetBound(t *testing.T) {
 	check := func(p params, s script) bool {
-		cfg := Config{Ratio: p.Ratio, Window: p.Window, MinRetriesPerSecond: p.Floor, NoFloor: p.Floor == 0}
+		winLen := time.Duration(p.Seconds) * time.Second
+		cfg := Config{Ratio: float64(p.Percent) / 100, Window: winLen,
+			MinRetriesPerSecond: float64(p.Eighths) / 8, NoFloor: p.Eighths == 0}
 		b, clk := newBudget(t, cfg)
-		width := int64(p.Window / numBuckets)
-		floor := p.Floor * p.Window.Seconds()
+		width := int64(winLen / numBuckets)
 
 		var (
 			events  []event
@@ -91,11 +90,14 @@ func TestPropertyBudgetBound(t *testing.T) {
 			return requests, retries
 		}
 		window := func(k int64) (requests, retries int64) { return span(k, numBuckets) }
-		// The documented decision, in integer millionths: a retry is
-		// granted iff retries < Ratio x requests + floor, exactly.
-		ratioPPM, floorPPM := int64(math.Round(p.Ratio*1e6)), int64(math.Round(floor*1e6))
-		allowedPPM := func(requests int64) int64 { return ratioPPM*requests + floorPPM }
-		ceilRetries := func(requests int64) int64 { return (allowedPPM(requests) + 1e6 - 1) / 1e6 }
+		// The documented decision: a retry is granted iff retries <
+		// Ratio x requests + floor, that is, multiplied by 800,
+		// 800 x retries < 8 x Percent x requests + 100 x Eighths x Seconds:
+		// exact integers, independent of how the code rounds.
+		allowed800 := func(requests int64) int64 {
+			return 8*int64(p.Percent)*requests + 100*int64(p.Eighths)*int64(p.Seconds)
+		}
+		ceilRetries := func(requests int64) int64 { return (allowed800(requests) + 799) / 800 }
 		for i, op := range s {
 			arg := time.Duration(op >> 4)
 			switch op % 16 {
@@ -105,7 +107,7 @@ func TestPropertyBudgetBound(t *testing.T) {
 			case 6, 7, 8, 9, 10:
 				k := int64(latest) / width
 				requests, retries := window(k)
-				want := retries*1e6 < allowedPPM(requests)
+				want := 800*retries < allowed800(requests)
 				if got := b.TryRetry(); got != want {
 					t.Logf("step %d: TryRetry = %v, want %v (bucket %d, %d requests, %d retries)", i, got, want, k, requests, retries)
 					return false

@@ -135,9 +135,29 @@ func TestStressThrottle(t *testing.T) {
 	if got := th.Snapshot().Tokens; got != 1000 {
 		t.Errorf("after %d successes: got %v tokens, want 1000", workers*ops, got)
 	}
-	// Mixed outcomes clamp in an order-dependent way: check the range.
-	run(func() { th.RecordOutcome(false); th.RecordOutcome(true) })
-	if got := th.Snapshot().Tokens; got < 0 || got > 1000 {
-		t.Errorf("after mixed outcomes: got %v tokens, want within [0, 1000]", got)
+	// Mixed outcomes that can never reach a bound, in any order: from 500
+	// tokens, 8 x 60 failures take at most 480 and 2 x 8 x 60 successes
+	// add at most 480, so no clamp applies and every interleaving must end
+	// at exactly 500. A lost update (a read-modify-write without the
+	// compare-and-swap) shows as another count.
+	for range 500 {
+		th.RecordOutcome(false)
+	}
+	if got := th.Snapshot().Tokens; got != 500 {
+		t.Fatalf("after 500 failures from full: got %v tokens, want 500", got)
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for range 60 {
+				th.RecordOutcome(false)
+				th.RecordOutcome(true)
+				th.RecordOutcome(true)
+			}
+		})
+	}
+	wg.Wait()
+	if got := th.Snapshot().Tokens; got != 500 {
+		t.Errorf("after balanced mixed outcomes: got %v tokens, want exactly 500", got)
 	}
 }

@@ -11,12 +11,15 @@ type Interceptors struct {
 }
 
 // New validates opts and builds the interceptors. Its error names the
-// first invalid option and wraps ErrInvalidOption.
+// first invalid option and wraps ErrInvalidOption. Given both WithObserver
+// and WithBreaker, it reports the Set's breaker changes to the observer
+// (see BreakerObserver).
 func New(opts ...Option) (*Interceptors, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
+	wireBreakerObserver(&cfg)
 	return &Interceptors{client: client{cfg: cfg}, server: server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable}}, nil
 }
 

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"time"
 
@@ -39,7 +40,8 @@ const (
 	// EventPushbackSent: a server answered "do not retry" with Code.
 	EventPushbackSent
 	// EventBreakerStateChange: the breaker for Target went From -> To.
-	// It comes from BreakerObserver, wired into breaker.Config.
+	// New reports it when given both WithObserver and WithBreaker; for a
+	// Set used without New, see BreakerObserver.
 	EventBreakerStateChange
 	// EventStackedRetry: a server received a request that carries both
 	// stormguard's attempt metadata and grpc-previous-rpc-attempts, so the
@@ -129,10 +131,42 @@ func WithObserver(o Observer) Option {
 // BreakerObserver returns a function for breaker.Config.OnStateChange that
 // reports each state change of the set's breakers to o as an
 // EventBreakerStateChange, with the breaker's key as Target.
+//
+// New needs no help: given both WithObserver and WithBreaker, it adds a
+// listener to the Set that reports its changes to the observer (and a
+// Config.OnStateChange of your own keeps being called). Use
+// BreakerObserver for a Set used without New. If a Set's OnStateChange is
+// a function BreakerObserver returned, New leaves the Set as it is, so
+// that no change is reported twice; wrapping it in a function of your own
+// hides it from New, and the changes are then reported twice.
+//
+//go:noinline
 func BreakerObserver(o Observer) func(name string, from, to breaker.State) {
+	// noinline: an inlined copy would make a closure with another code
+	// address, which isBreakerObserver would not recognize.
 	return func(name string, from, to breaker.State) {
 		o.Observe(context.Background(), Event{Kind: EventBreakerStateChange, Target: name, From: from, To: to})
 	}
+}
+
+// breakerObserverCode is the code address of the functions BreakerObserver
+// returns.
+var breakerObserverCode = reflect.ValueOf(BreakerObserver(nil)).Pointer()
+
+// isBreakerObserver reports whether f is a function BreakerObserver
+// returned.
+func isBreakerObserver(f func(string, breaker.State, breaker.State)) bool {
+	return f != nil && reflect.ValueOf(f).Pointer() == breakerObserverCode
+}
+
+// wireBreakerObserver reports the breaker changes of cfg's Set to cfg's
+// observer, when both are set and the Set does not already report to a
+// BreakerObserver.
+func wireBreakerObserver(cfg *config) {
+	if cfg.observer == nil || cfg.breakers == nil || isBreakerObserver(cfg.breakers.Config().OnStateChange) {
+		return
+	}
+	cfg.breakers.AddStateListener(BreakerObserver(cfg.observer))
 }
 
 // RangeLimiters calls f for each target's retry limiter (WithBudget,

@@ -137,7 +137,9 @@ func TestOpenBreakerStopsBeforeScheduling(t *testing.T) {
 	i := mustNew(t, s.option(), WithBreaker(set), WithBudget(budget.Config{Clock: frozen()}), WithObserver(named{log, "c"}))
 	f := &fakeInvoker{results: []error{errUnavailable}}
 	err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke)
-	want := []string{"c attempt_end #0 Unavailable", "c attempt_start #0", "c retry_refused circuit breaker open"}
+	// New wires the observer into the breaker Set: the change is reported.
+	want := []string{"c attempt_end #0 Unavailable", "c attempt_start #0",
+		"c breaker_state_change passthrough:///payment closed->open", "c retry_refused circuit breaker open"}
 	if got := log.sorted(); !slices.Equal(got, want) {
 		t.Fatalf("events: got %q, want %q", got, want)
 	}

@@ -3,9 +3,11 @@ package stormotel_test
 import (
 	"context"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc/codes"
@@ -110,12 +112,32 @@ func TestOddEvents(t *testing.T) {
 	}
 }
 
+// TestNewNilProvider: New(nil) records to the global MeterProvider, as
+// its doc says. (Not parallel: it sets the global provider.)
 func TestNewNilProvider(t *testing.T) {
-	m, err := stormotel.New(nil) // the global provider: a no-op by default
+	prev := otel.GetMeterProvider()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	otel.SetMeterProvider(mp)
+	t.Cleanup(func() {
+		otel.SetMeterProvider(prev)
+		_ = mp.Shutdown(context.Background())
+	})
+	m, err := stormotel.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventAttemptEnd, Method: "/pkg.S/M"})
+	m.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventAttemptEnd, Method: "/pkg.S/M", Target: "dns:///t"})
+	got := collect(t, r)
+	found := false
+	for k, v := range got {
+		if strings.HasPrefix(k, "stormguard.client.attempts{") && v == "1" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("the global provider got %v, want stormguard.client.attempts = 1", got)
+	}
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}

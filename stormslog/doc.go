@@ -1,31 +1,36 @@
-// Package stormslog logs stormguard's interceptor events with log/slog:
-// one structured line per refused retry and per circuit breaker change,
-// never one per successful call.
+// Package stormslog logs stormguard's interceptor events with log/slog: refused
+// retries, summed up per target and interval so that an outage logs a
+// bounded number of lines, and circuit breaker changes. Successful calls log
+// nothing.
 //
 // Install it like any interceptor.Observer:
 //
 //	o := stormslog.New(logger)
-//	set, err := breaker.NewSet(breaker.Config{OnStateChange: interceptor.BreakerObserver(o)}, 0)
+//	set, err := breaker.NewSet(breaker.Config{}, 0)
 //	ic, err := interceptor.New(interceptor.WithObserver(o), interceptor.WithBreaker(set))
+//	...
+//	defer o.Flush() // the counts of the last interval
 //
-// To log and record metrics, give interceptor.WithObserver an Observer that
-// calls both (stormotel.Metrics and this one).
+// Given both options, interceptor.New reports the set's breaker changes to
+// the observer. To log and record metrics, give interceptor.WithObserver an
+// Observer that calls both (stormotel.Metrics and this one).
 //
 // # Lines
 //
 //	| Event                          | Level | Message                                      | Attributes |
 //	|--------------------------------|-------|----------------------------------------------|------------|
-//	| retry refused: budget          | WARN  | stormguard: retry refused                    | target, method, reason, attempt, depth, code* |
+//	| retry refused: budget          | WARN  | stormguard: retry refused                    | target, method, reason, attempt, depth, in_handler, code |
 //	| retry refused: breaker_open    | WARN  | stormguard: retry refused                    | (same) |
 //	| retry refused: deadline        | WARN  | stormguard: retry refused                    | (same) |
 //	| retry refused: attempts        | INFO  | stormguard: retry refused                    | (same) |
 //	| retry refused: tier_policy     | INFO  | stormguard: retry refused                    | (same) |
 //	| retry refused: pushback        | INFO  | stormguard: retry refused                    | (same) |
 //	| retry refused: committed, other| INFO  | stormguard: retry refused                    | (same) |
+//	| more refusals in the interval  | as the reason | stormguard: retry refused, repeats   | target, reason, in_handler, repeats, interval |
 //	| breaker entered open           | WARN  | stormguard: circuit breaker state changed    | target, from, to |
 //	| breaker entered half-open      | INFO  | stormguard: circuit breaker state changed    | target, from, to |
 //	| breaker entered closed         | INFO  | stormguard: circuit breaker state changed    | target, from, to |
-//	| retry scheduled                | DEBUG | stormguard: retry scheduled                  | target, method, attempt, depth, delay |
+//	| retry scheduled                | DEBUG | stormguard: retry scheduled                  | target, method, attempt, depth, in_handler, delay |
 //	| pushback sent                  | DEBUG | stormguard: pushback sent                    | method, depth, attempt, code |
 //	| attempt start and end, request received | never |                                | |
 //
@@ -36,19 +41,39 @@
 // pushback). WithLevel changes the level of a reason. With slog's default
 // level (INFO), scheduled retries and pushbacks are not logged.
 //
-// Attributes: target is the key of the budget and breaker (the connection's
-// target, plus the method under interceptor.WithPerMethodKeys); method is
-// the full gRPC method; reason is one of attempts, budget, breaker_open,
+// # Volume
+//
+// Refusals are counted per target, reason and in_handler. The first one is
+// logged as it happens and opens an interval (WithInterval, 1 s by
+// default); the others of that interval are not logged one by one but as
+// one "repeats" line with their count, written at the first event the
+// Observer receives after the interval ends (or by Flush). So each target
+// logs at most two refusal lines per reason and per value of in_handler in
+// any interval, however many calls fail: an outage at any request rate
+// logs a few lines a second per target. Breaker changes are logged one by
+// one (a breaker changes state at most a few times per open interval).
+// DEBUG lines are one per event: they are for debugging, not for
+// production.
+//
+// # Attributes
+//
+// target is the key of the budget and breaker (the connection's target,
+// plus the method under interceptor.WithPerMethodKeys), or OtherTargets
+// once more than 1024 keys are being counted at once; method is the full
+// gRPC method; reason is one of attempts, budget, breaker_open,
 // tier_policy, pushback, deadline, committed (as stormotel's
 // stormguard.reason); attempt is, for a refusal, the index of the attempt
 // that was not made (the number of attempts made), for a scheduled retry
 // the retry's index, and for a pushback the caller's attempt index; depth
-// is the tier's distance from the edge (0 at the edge); code is the gRPC
-// code, omitted when the event carries none (*refusals carry none today);
-// delay is the wait before the retry; from and to are "closed", "open" and
-// "half-open". Put them in a group with logger.WithGroup("stormguard").
-//
-// During an outage every failing request that stops retrying logs a line;
-// put a sampling or rate-limiting slog.Handler in front of the output when
-// that volume matters.
+// is the tier's distance from the edge (0 at the edge, and also 0 for the
+// edge's own client, which serves no request); in_handler tells these two
+// apart: true when the call is made from the context of a gRPC handler (a
+// tier serving a request), false for a client with no incoming request
+// (the edge client, or a handler that calls with a context of its own);
+// code is the gRPC code of the failure that was not retried, the code the
+// caller gets (Unavailable for a call an open breaker refused before its
+// first attempt); repeats is the number of refusals of the interval after
+// the logged one; delay is the wait before the retry; from and to are
+// "closed", "open" and "half-open". Put them in a group with
+// logger.WithGroup("stormguard").
 package stormslog

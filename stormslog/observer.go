@@ -1,9 +1,15 @@
 package stormslog
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/stormguard/stormguard/breaker"
@@ -12,18 +18,63 @@ import (
 
 // The messages of the lines, constant so that they can be searched for.
 const (
-	MsgRetryRefused   = "stormguard: retry refused"
-	MsgBreakerChanged = "stormguard: circuit breaker state changed"
-	MsgRetryScheduled = "stormguard: retry scheduled"
-	MsgPushbackSent   = "stormguard: pushback sent"
+	MsgRetryRefused        = "stormguard: retry refused"
+	MsgRetryRefusedSummary = "stormguard: retry refused, repeats"
+	MsgBreakerChanged      = "stormguard: circuit breaker state changed"
+	MsgRetryScheduled      = "stormguard: retry scheduled"
+	MsgPushbackSent        = "stormguard: pushback sent"
 )
+
+// DefaultInterval is the interval over which refusals of one target for
+// one reason are summed up into one line; see WithInterval.
+const DefaultInterval = time.Second
+
+// OtherTargets is the target under which refusals are summed up once
+// maxKeys targets and reasons are being counted at the same time.
+const OtherTargets = "(other targets)"
+
+// maxKeys bounds the number of (target, reason, in_handler) triples counted
+// at one time, and so the memory and the lines per interval.
+const maxKeys = 1024
 
 // Observer is an interceptor.Observer that logs refused retries and breaker
 // changes to a slog.Logger; see the package doc for the lines and levels.
 // It is safe for concurrent use. Create it with New.
 type Observer struct {
-	l      *slog.Logger
-	levels map[interceptor.StopReason]slog.Level
+	l        *slog.Logger
+	levels   map[interceptor.StopReason]slog.Level
+	clk      interface{ Now() time.Time }
+	interval time.Duration
+
+	// pending counts the tallies with refusals not yet logged: while it is
+	// zero, events other than refusals cost one atomic load here.
+	pending atomic.Int64
+	// nextSweep is the earliest end of a tally's interval, in
+	// nanoseconds of the clock's Unix time; math.MaxInt64 when none.
+	nextSweep atomic.Int64
+
+	mu      sync.Mutex
+	tallies map[tallyKey]*tally // guarded by mu
+}
+
+// tallyKey is what refusals are summed up by.
+type tallyKey struct {
+	target    string
+	reason    interceptor.StopReason
+	inHandler bool
+}
+
+// tally counts the refusals of one key since the one that was logged.
+type tally struct {
+	start   time.Time
+	repeats int64 // refusals since the logged one, not logged
+	level   slog.Level
+}
+
+// summary is a line to write once the lock is released.
+type summary struct {
+	key tallyKey
+	t   tally
 }
 
 var _ interceptor.Observer = (*Observer)(nil)
@@ -36,21 +87,57 @@ func WithLevel(r interceptor.StopReason, level slog.Level) Option {
 	return func(o *Observer) { o.levels[r] = level }
 }
 
+// WithInterval sets the interval over which refusals of one target for one
+// reason are summed up: the first refusal of an interval is logged as it
+// happens, and the others of that interval as one summary line with their
+// count. Zero logs every refusal, one line each (for tests and debugging).
+// The default is DefaultInterval (1 s). A negative d is ignored.
+func WithInterval(d time.Duration) Option {
+	return func(o *Observer) {
+		if d >= 0 {
+			o.interval = d
+		}
+	}
+}
+
+// WithClock sets the clock the intervals are measured with, for tests;
+// nil is ignored. The default is the system clock.
+func WithClock(c interface{ Now() time.Time }) Option {
+	return func(o *Observer) {
+		if c != nil {
+			o.clk = c
+		}
+	}
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
 // New returns an Observer that logs to l; nil l means slog.Default().
 func New(l *slog.Logger, opts ...Option) *Observer {
 	if l == nil {
 		l = slog.Default()
 	}
-	o := &Observer{l: l, levels: map[interceptor.StopReason]slog.Level{
-		interceptor.StopBudget:      slog.LevelWarn,
-		interceptor.StopBreakerOpen: slog.LevelWarn,
-		interceptor.StopDeadline:    slog.LevelWarn,
-	}}
+	o := &Observer{
+		l: l,
+		levels: map[interceptor.StopReason]slog.Level{
+			interceptor.StopBudget:      slog.LevelWarn,
+			interceptor.StopBreakerOpen: slog.LevelWarn,
+			interceptor.StopDeadline:    slog.LevelWarn,
+		},
+		clk:      systemClock{},
+		interval: DefaultInterval,
+		tallies:  make(map[tallyKey]*tally),
+	}
+	o.nextSweep.Store(noSweep)
 	for _, opt := range opts {
 		opt(o)
 	}
 	return o
 }
+
+const noSweep = int64(^uint64(0) >> 1)
 
 // level returns the level of a refusal for r: INFO unless set otherwise.
 func (o *Observer) level(r interceptor.StopReason) slog.Level {
@@ -60,29 +147,30 @@ func (o *Observer) level(r interceptor.StopReason) slog.Level {
 	return slog.LevelInfo
 }
 
+// inHandler reports whether ctx is that of a gRPC handler: the call is
+// made by a tier serving a request, not by the edge client.
+func inHandler(ctx context.Context) bool {
+	_, ok := grpc.Method(ctx)
+	return ok
+}
+
 // Observe logs e if it is worth a line. It implements interceptor.Observer.
 func (o *Observer) Observe(ctx context.Context, e interceptor.Event) {
+	if e.Kind == interceptor.EventRetryRefused {
+		o.refused(ctx, e)
+		return
+	}
+	if o.pending.Load() > 0 {
+		o.sweep(false)
+	}
 	var (
 		level slog.Level
 		msg   string
-		attrs [6]slog.Attr
+		attrs [8]slog.Attr
 		n     int
 	)
 	add := func(a slog.Attr) { attrs[n] = a; n++ }
 	switch e.Kind {
-	case interceptor.EventRetryRefused:
-		level, msg = o.level(e.Reason), MsgRetryRefused
-		if !o.l.Enabled(ctx, level) {
-			return
-		}
-		add(slog.String("target", e.Target))
-		add(slog.String("method", e.Method))
-		add(slog.String("reason", reasonName(e.Reason)))
-		add(slog.Int("attempt", e.Attempt))
-		add(slog.Int("depth", e.Info.Depth))
-		if e.Code != codes.OK {
-			add(slog.String("code", e.Code.String()))
-		}
 	case interceptor.EventBreakerStateChange:
 		level, msg = slog.LevelInfo, MsgBreakerChanged
 		if e.To == breaker.Open {
@@ -100,6 +188,7 @@ func (o *Observer) Observe(ctx context.Context, e interceptor.Event) {
 		add(slog.String("method", e.Method))
 		add(slog.Int("attempt", e.Attempt))
 		add(slog.Int("depth", e.Info.Depth))
+		add(slog.Bool("in_handler", inHandler(ctx)))
 		add(slog.Duration("delay", e.Delay))
 	case interceptor.EventPushbackSent:
 		level, msg = slog.LevelDebug, MsgPushbackSent
@@ -114,6 +203,134 @@ func (o *Observer) Observe(ctx context.Context, e interceptor.Event) {
 		return
 	}
 	o.l.LogAttrs(ctx, level, msg, attrs[:n]...)
+}
+
+// refused logs a refusal, or counts it for the summary of its interval.
+func (o *Observer) refused(ctx context.Context, e interceptor.Event) {
+	level := o.level(e.Reason)
+	if !o.l.Enabled(ctx, level) {
+		if o.pending.Load() > 0 {
+			o.sweep(false)
+		}
+		return
+	}
+	in := inHandler(ctx)
+	if o.interval > 0 && !o.first(tallyKey{e.Target, e.Reason, in}, level) {
+		return
+	}
+	attrs := [...]slog.Attr{
+		slog.String("target", e.Target),
+		slog.String("method", e.Method),
+		slog.String("reason", reasonName(e.Reason)),
+		slog.Int("attempt", e.Attempt),
+		slog.Int("depth", e.Info.Depth),
+		slog.Bool("in_handler", in),
+		slog.String("code", e.Code.String()),
+	}
+	n := len(attrs)
+	if e.Code == codes.OK {
+		n-- // no code to show
+	}
+	o.l.LogAttrs(ctx, level, MsgRetryRefused, attrs[:n]...)
+}
+
+// first reports whether the refusal for k is the first of its interval,
+// to be logged; otherwise it counts it. It writes the summaries of the
+// intervals that are over first.
+func (o *Observer) first(k tallyKey, level slog.Level) bool {
+	now := o.clk.Now()
+	o.mu.Lock()
+	done := o.sweepLocked(now, false, nil)
+	t, ok := o.tallies[k]
+	if !ok && len(o.tallies) >= maxKeys {
+		k.target = OtherTargets
+		t, ok = o.tallies[k]
+	}
+	if ok {
+		t.repeats++
+		if t.repeats == 1 {
+			o.pending.Add(1)
+		}
+	} else {
+		o.tallies[k] = &tally{start: now, level: level}
+		if end := now.Add(o.interval).UnixNano(); end < o.nextSweep.Load() {
+			o.nextSweep.Store(end)
+		}
+	}
+	o.mu.Unlock()
+	o.write(done)
+	return !ok
+}
+
+// Flush writes the summary lines of every refusal counted and not yet
+// logged, whether or not its interval is over, and starts afresh. Call it
+// before the program exits. Without it, a summary is written at the first
+// event the Observer receives after its interval ends.
+func (o *Observer) Flush() { o.sweep(true) }
+
+// sweep writes the summaries of the intervals that are over, or of all of
+// them if all is set.
+func (o *Observer) sweep(all bool) {
+	now := o.clk.Now()
+	if !all && now.UnixNano() < o.nextSweep.Load() {
+		return
+	}
+	o.mu.Lock()
+	done := o.sweepLocked(now, all, nil)
+	o.mu.Unlock()
+	o.write(done)
+}
+
+// sweepLocked removes the tallies whose interval is over at now (all of
+// them if all is set), appends those with repeats to done and returns it.
+// o.mu is held.
+func (o *Observer) sweepLocked(now time.Time, all bool, done []summary) []summary {
+	if !all && now.UnixNano() < o.nextSweep.Load() {
+		return done
+	}
+	next := noSweep
+	for k, t := range o.tallies {
+		end := t.start.Add(o.interval)
+		if !all && now.Before(end) {
+			next = min(next, end.UnixNano())
+			continue
+		}
+		if t.repeats > 0 {
+			done = append(done, summary{k, *t})
+			o.pending.Add(-1)
+		}
+		delete(o.tallies, k)
+	}
+	o.nextSweep.Store(next)
+	return done
+}
+
+// write logs the summaries, with no lock held, in the order of their keys.
+func (o *Observer) write(done []summary) {
+	if len(done) == 0 {
+		return
+	}
+	slices.SortFunc(done, func(a, b summary) int {
+		return cmp.Or(cmp.Compare(a.key.target, b.key.target), cmp.Compare(a.key.reason, b.key.reason),
+			cmp.Compare(boolInt(a.key.inHandler), boolInt(b.key.inHandler)))
+	})
+	ctx := context.Background()
+	for _, s := range done {
+		o.l.LogAttrs(ctx, s.t.level, MsgRetryRefusedSummary,
+			slog.String("target", s.key.target),
+			slog.String("reason", reasonName(s.key.reason)),
+			slog.Bool("in_handler", s.key.inHandler),
+			slog.Int64("repeats", s.t.repeats),
+			slog.Duration("interval", o.interval),
+		)
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // reasonName returns the reason's label, the same as stormotel's

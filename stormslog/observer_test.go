@@ -5,8 +5,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,15 +70,30 @@ func newLogger(buf *buffer, level slog.Level) *slog.Logger {
 	}}))
 }
 
+// frozen is the time of the observers' fake clocks.
+var frozen = time.Unix(1_000_000, 0)
+
+// chain is a running chain and the Observer of each process.
+type chain struct {
+	*testsvc.Chain
+	obs map[string]*stormslog.Observer
+}
+
 // startChain runs gateway -> order -> payment with stormguard on every hop
 // and an Observer per process ("edge", "gateway", "order", "payment"),
-// logging with a proc attribute. opts adds client options per process.
-func startChain(t *testing.T, l *slog.Logger, opts func(proc string, o interceptor.Observer) []interceptor.Option) *testsvc.Chain {
+// logging with a proc attribute, on clk (a frozen fake clock if nil).
+// opts adds client options per process.
+func startChain(t *testing.T, l *slog.Logger, clk *clock.Fake, opts func(proc string, o interceptor.Observer) []interceptor.Option) *chain {
 	t.Helper()
+	if clk == nil {
+		clk = clock.NewFake(frozen)
+	}
 	names := append([]string{"edge"}, testsvc.DefaultTiers...)
 	ics := map[string]*interceptor.Interceptors{}
+	obs := map[string]*stormslog.Observer{}
 	for _, name := range names {
-		o := stormslog.New(l.With("proc", name))
+		o := stormslog.New(l.With("proc", name), stormslog.WithClock(clk))
+		obs[name] = o
 		all := []interceptor.Option{fast, interceptor.WithObserver(o)}
 		if opts != nil {
 			all = append(all, opts(name, o)...)
@@ -87,13 +104,21 @@ func startChain(t *testing.T, l *slog.Logger, opts func(proc string, o intercept
 		}
 		ics[name] = ic
 	}
-	return testsvc.New(t, testsvc.Config{
+	c := testsvc.New(t, testsvc.Config{
 		DialOptions:   func(hop int) []grpc.DialOption { return ics[names[hop]].DialOptions() },
 		ServerOptions: func(tier int) []grpc.ServerOption { return ics[names[tier+1]].ServerOptions() },
 	})
+	return &chain{c, obs}
 }
 
-func call(t *testing.T, c *testsvc.Chain, want codes.Code) {
+// flush flushes the observers, edge first.
+func (c *chain) flush() {
+	for _, name := range append([]string{"edge"}, testsvc.DefaultTiers...) {
+		c.obs[name].Flush()
+	}
+}
+
+func call(t *testing.T, c *chain, want codes.Code) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -115,12 +140,22 @@ const unary = `"method":"/stormguard.testsvc.v1.TestService/Unary"`
 
 // refused is the line of a refusal; every refusal in these scenarios is of
 // an UNAVAILABLE failure (or, for an open breaker's first attempt, the
-// UNAVAILABLE the caller gets).
+// UNAVAILABLE the caller gets). Every process but the edge calls from a
+// handler.
 func refused(level, proc, target, reason string, attempt, depth int) string {
 	return `{"level":"` + level + `","msg":"stormguard: retry refused","proc":"` + proc +
 		`","target":"` + target + `",` + unary + `,"reason":"` + reason +
-		`","attempt":` + itoa(attempt) + `,"depth":` + itoa(depth) + `,"code":"Unavailable"}`
+		`","attempt":` + itoa(attempt) + `,"depth":` + itoa(depth) + `,"in_handler":` + inHandler(proc) + `,"code":"Unavailable"}`
 }
+
+// repeats is the summary line of n more refusals over one second.
+func repeats(level, proc, target, reason string, n int) string {
+	return `{"level":"` + level + `","msg":"stormguard: retry refused, repeats","proc":"` + proc +
+		`","target":"` + target + `","reason":"` + reason + `","in_handler":` + inHandler(proc) +
+		`,"repeats":` + strconv.Itoa(n) + `,"interval":1000000000}`
+}
+
+func inHandler(proc string) string { return strconv.FormatBool(proc != "edge") }
 
 func itoa(n int) string { return string(rune('0' + n)) } // single digits
 
@@ -129,7 +164,7 @@ func itoa(n int) string { return string(rune('0' + n)) } // single digits
 // to retry. One line per tier, innermost first.
 func TestPaymentDownOneRequest(t *testing.T) {
 	var buf buffer
-	c := startChain(t, newLogger(&buf, slog.LevelInfo), nil)
+	c := startChain(t, newLogger(&buf, slog.LevelInfo), nil, nil)
 	c.Tier("payment").SetDown(codes.Unavailable)
 	call(t, c, codes.Unavailable)
 	checkLines(t, &buf, []string{
@@ -142,12 +177,12 @@ func TestPaymentDownOneRequest(t *testing.T) {
 // At DEBUG, the scheduled retries and the pushbacks appear too.
 func TestPaymentDownDebug(t *testing.T) {
 	var buf buffer
-	c := startChain(t, newLogger(&buf, slog.LevelDebug), nil)
+	c := startChain(t, newLogger(&buf, slog.LevelDebug), nil, nil)
 	c.Tier("payment").SetDown(codes.Unavailable)
 	call(t, c, codes.Unavailable)
 	scheduled := func(attempt int) string {
 		return `{"level":"DEBUG","msg":"stormguard: retry scheduled","proc":"order","target":"payment",` +
-			unary + `,"attempt":` + itoa(attempt) + `,"depth":1,"delay":"d"}`
+			unary + `,"attempt":` + itoa(attempt) + `,"depth":1,"in_handler":true,"delay":"d"}`
 	}
 	pushback := func(proc string, depth int) string {
 		return `{"level":"DEBUG","msg":"stormguard: pushback sent","proc":"` + proc + `",` + unary +
@@ -167,7 +202,7 @@ func TestPaymentDownDebug(t *testing.T) {
 // Successful calls log nothing, even at DEBUG.
 func TestSuccessIsSilent(t *testing.T) {
 	var buf buffer
-	c := startChain(t, newLogger(&buf, slog.LevelDebug), nil)
+	c := startChain(t, newLogger(&buf, slog.LevelDebug), nil, nil)
 	for range 10 {
 		call(t, c, codes.OK)
 	}
@@ -178,12 +213,13 @@ func TestSuccessIsSilent(t *testing.T) {
 // 0.5 retries per request without floor on a frozen clock, order's budget
 // refuses the second retry of request 1, the first of request 2, the
 // second of request 3 and the first of request 4 (see
-// stormotel.TestBudgetRefusals).
+// stormotel.TestBudgetRefusals). The first is logged, the other three are
+// counted, and Flush writes their count.
 func TestBudgetRefusalsAtWarn(t *testing.T) {
 	var buf buffer
-	c := startChain(t, newLogger(&buf, slog.LevelWarn), func(string, interceptor.Observer) []interceptor.Option {
+	c := startChain(t, newLogger(&buf, slog.LevelWarn), nil, func(string, interceptor.Observer) []interceptor.Option {
 		return []interceptor.Option{interceptor.WithBudget(budget.Config{
-			Ratio: 0.5, NoFloor: true, Clock: clock.NewFake(time.Unix(1_000_000, 0)),
+			Ratio: 0.5, NoFloor: true, Clock: clock.NewFake(frozen),
 		})}
 	})
 	c.Tier("payment").SetDown(codes.Unavailable)
@@ -192,53 +228,81 @@ func TestBudgetRefusalsAtWarn(t *testing.T) {
 	}
 	checkLines(t, &buf, []string{
 		refused("WARN", "order", "payment", "budget", 2, 1),
-		refused("WARN", "order", "payment", "budget", 1, 1),
+	})
+	c.flush()
+	checkLines(t, &buf, []string{
 		refused("WARN", "order", "payment", "budget", 2, 1),
-		refused("WARN", "order", "payment", "budget", 1, 1),
+		repeats("WARN", "order", "payment", "budget", 3),
 	})
 }
 
 // The breaker at order opens after 3 failures in a row (WARN), refuses the
 // next request outright (WARN), and after the open interval on the fake
-// clock, with payment back, goes half-open and closed (INFO).
+// clock, with payment back, goes half-open and closed (INFO). The breaker
+// Set has no OnStateChange: interceptor.New wires the observer into it.
+// The second request's pushbacks at gateway and the edge repeat the
+// first's within the second: they are summed up at the first event after
+// it.
 func TestBreakerLines(t *testing.T) {
-	var buf buffer
-	fc := clock.NewFake(time.Unix(1_000_000, 0))
-	c := startChain(t, newLogger(&buf, slog.LevelInfo), func(proc string, o interceptor.Observer) []interceptor.Option {
-		if proc != "order" {
-			return nil
-		}
-		set, err := breaker.NewSet(breaker.Config{
-			ConsecutiveFailures: 3, OpenInterval: time.Second, Jitter: breaker.NoJitter, HalfOpenProbes: 1,
-			Clock: fc, OnStateChange: interceptor.BreakerObserver(o),
-		}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return []interceptor.Option{interceptor.WithBreaker(set)}
-	})
-	pay := c.Tier("payment")
-	pay.SetDown(codes.Unavailable)
-	call(t, c, codes.Unavailable)
-	call(t, c, codes.Unavailable)
-	pay.SetUp()
-	fc.Advance(time.Second)
-	call(t, c, codes.OK)
-	change := func(level, from, to string) string {
-		return `{"level":"` + level + `","msg":"stormguard: circuit breaker state changed","proc":"order",` +
-			`"target":"payment","from":"` + from + `","to":"` + to + `"}`
+	for _, tc := range []struct {
+		name     string
+		onChange func(o interceptor.Observer, user *atomic.Int64) func(string, breaker.State, breaker.State)
+		user     int64 // changes the user's own OnStateChange sees
+	}{
+		{"wired by New", func(interceptor.Observer, *atomic.Int64) func(string, breaker.State, breaker.State) { return nil }, 0},
+		// The old way of wiring still reports each change once.
+		{"BreakerObserver in the config", func(o interceptor.Observer, _ *atomic.Int64) func(string, breaker.State, breaker.State) {
+			return interceptor.BreakerObserver(o)
+		}, 0},
+		// A callback of the user's own keeps working next to the observer.
+		{"user callback", func(_ interceptor.Observer, user *atomic.Int64) func(string, breaker.State, breaker.State) {
+			return func(string, breaker.State, breaker.State) { user.Add(1) }
+		}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf buffer
+			var user atomic.Int64
+			fc := clock.NewFake(frozen)
+			c := startChain(t, newLogger(&buf, slog.LevelInfo), fc, func(proc string, o interceptor.Observer) []interceptor.Option {
+				if proc != "order" {
+					return nil
+				}
+				set, err := breaker.NewSet(breaker.Config{
+					ConsecutiveFailures: 3, OpenInterval: time.Second, Jitter: breaker.NoJitter, HalfOpenProbes: 1,
+					Clock: fc, OnStateChange: tc.onChange(o, &user),
+				}, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return []interceptor.Option{interceptor.WithBreaker(set)}
+			})
+			pay := c.Tier("payment")
+			pay.SetDown(codes.Unavailable)
+			call(t, c, codes.Unavailable)
+			call(t, c, codes.Unavailable)
+			pay.SetUp()
+			fc.Advance(time.Second)
+			call(t, c, codes.OK)
+			change := func(level, from, to string) string {
+				return `{"level":"` + level + `","msg":"stormguard: circuit breaker state changed","proc":"order",` +
+					`"target":"payment","from":"` + from + `","to":"` + to + `"}`
+			}
+			checkLines(t, &buf, []string{
+				change("WARN", "closed", "open"),
+				refused("INFO", "order", "payment", "attempts", 3, 1),
+				refused("INFO", "gateway", "order", "pushback", 1, 0),
+				refused("INFO", "edge", "gateway", "pushback", 1, 0),
+				refused("WARN", "order", "payment", "breaker_open", 0, 1),
+				repeats("INFO", "edge", "gateway", "pushback", 1),
+				repeats("INFO", "gateway", "order", "pushback", 1),
+				change("INFO", "open", "half-open"),
+				change("INFO", "half-open", "closed"),
+			})
+			if got := user.Load(); got != tc.user {
+				t.Errorf("the user's OnStateChange saw %d changes, want %d", got, tc.user)
+			}
+		})
 	}
-	checkLines(t, &buf, []string{
-		change("WARN", "closed", "open"),
-		refused("INFO", "order", "payment", "attempts", 3, 1),
-		refused("INFO", "gateway", "order", "pushback", 1, 0),
-		refused("INFO", "edge", "gateway", "pushback", 1, 0),
-		refused("WARN", "order", "payment", "breaker_open", 0, 1),
-		refused("INFO", "gateway", "order", "pushback", 1, 0),
-		refused("INFO", "edge", "gateway", "pushback", 1, 0),
-		change("INFO", "open", "half-open"),
-		change("INFO", "half-open", "closed"),
-	})
 }
 
 // WithLevel moves a reason to another level; events the package does not
@@ -258,7 +322,7 @@ func TestWithLevel(t *testing.T) {
 		o.Observe(ctx, e)
 	}
 	checkLines(t, &buf, []string{
-		`{"level":"ERROR","msg":"stormguard: retry refused","target":"t","method":"/p.S/M","reason":"pushback","attempt":1,"depth":0,"code":"Unavailable"}`,
+		`{"level":"ERROR","msg":"stormguard: retry refused","target":"t","method":"/p.S/M","reason":"pushback","attempt":1,"depth":0,"in_handler":false,"code":"Unavailable"}`,
 	})
 }
 

@@ -1,6 +1,7 @@
 package clock
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,11 +26,22 @@ func TestFake(t *testing.T) {
 	}
 }
 
-func TestRealMoves(t *testing.T) {
+// TestRealIsSystemMonotonic: Real reads the system clock, between two
+// readings of time.Now taken around it, and keeps the monotonic reading
+// that makes durations immune to wall-clock jumps (time.Now().UTC(), or a
+// time rebuilt from Unix seconds, would lose it).
+func TestRealIsSystemMonotonic(t *testing.T) {
 	var c Clock = Real{}
-	a := c.Now()
-	b := c.Now()
-	if b.Before(a) {
-		t.Fatalf("real clock went back: %v then %v", a, b)
+	before := time.Now()
+	got := c.Now()
+	after := time.Now()
+	if got.Before(before) || got.After(after) {
+		t.Fatalf("Real.Now() = %v, want between %v and %v", got, before, after)
+	}
+	if !strings.Contains(got.String(), " m=") {
+		t.Fatalf("Real.Now() = %v carries no monotonic reading", got)
+	}
+	if got.Sub(before) < 0 || after.Sub(got) < 0 {
+		t.Fatalf("monotonic order broken: %v, %v, %v", before, got, after)
 	}
 }

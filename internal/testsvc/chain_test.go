@@ -328,12 +328,13 @@ func TestKillAndRestart(t *testing.T) {
 		t.Fatalf("attempts sent to payment: got %d, want 2", got)
 	}
 	pay.Restart()
-	// Clients reconnect with a short backoff; WaitForReady bounds the
-	// wait by the context instead of a sleep.
+	// Order's connection to payment reconnects with a short backoff, and
+	// no call option of the edge's request can wait for a connection two
+	// hops down (WaitForReady on it would wait for the edge's own
+	// connection only). So ask again until payment answers: at most 100
+	// times, 10 ms apart, and never past the test's context.
 	resp, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{Id: "back"})
 	for i := 0; err != nil && i < 100; i++ {
-		// The order tier's connection may still be in its reconnect
-		// backoff: ask again, bounded, until it is back.
 		select {
 		case <-ctx.Done():
 			t.Fatalf("payment did not come back: %v", err)
