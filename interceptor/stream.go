@@ -122,6 +122,8 @@ type retryStream struct {
 	committed bool
 	finished  bool
 	final     error // the error stormguard ended the stream with, if it did
+
+	reporting sync.WaitGroup // outcomes abandoned is reporting; see take
 }
 
 // streamAttempt is one attempt of a stream: its gRPC stream, the cancel of
@@ -134,14 +136,18 @@ type streamAttempt struct {
 }
 
 // take hands out a's permit for its outcome, once; later calls get the
-// zero Permit, whose Done does nothing.
+// zero Permit, whose Done does nothing. If abandoned took it, take waits
+// until that outcome is reported, so that the breaker has counted the
+// attempt when the application learns how it ended.
 func (s *retryStream) take(a *streamAttempt) breaker.Permit {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if a.settled {
+		s.mu.Unlock()
+		s.reporting.Wait()
 		return breaker.Permit{}
 	}
 	a.settled = true
+	s.mu.Unlock()
 	return a.permit
 }
 
@@ -166,12 +172,20 @@ func (s *retryStream) answered(a *streamAttempt) {
 // its status was read: the caller cancelled (Ignored), or its deadline
 // expired before the target answered (a hang: Failure; see call.settle).
 func (s *retryStream) abandoned(a *streamAttempt) {
-	p := s.take(a)
-	if s.c.hung() {
-		p.Done(breaker.Failure)
+	s.mu.Lock()
+	if a.settled {
+		s.mu.Unlock()
 		return
 	}
-	p.Done(breaker.Ignored)
+	a.settled = true
+	s.reporting.Add(1)
+	s.mu.Unlock()
+	defer s.reporting.Done()
+	if s.c.hung() {
+		a.permit.Done(breaker.Failure)
+		return
+	}
+	a.permit.Done(breaker.Ignored)
 }
 
 // open starts one attempt and replays the buffered messages into it. It
@@ -333,7 +347,14 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 
 func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	sc := s.begin(ss.Context(), info.FullMethod)
+	returned := false
+	defer func() {
+		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
+			ss.SetTrailer(dontRetry)
+		}
+	}()
 	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
+	returned = true
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		ss.SetTrailer(dontRetry)
 	}
