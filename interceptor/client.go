@@ -21,6 +21,20 @@ import (
 // so that grpc-go's own retry layer does not multiply its attempts
 // unseen underneath.
 //
+// As gRFC A6 prescribes, an attempt whose response headers arrived
+// commits the call: it is not retried, whatever status follows (the
+// server may have acted on the request). A failure before any header (a
+// trailers-only response) is retried.
+//
+// What the breaker and the budget count: an attempt that ends with
+// UNAVAILABLE or RESOURCE_EXHAUSTED, or with DEADLINE_EXCEEDED of its own
+// per-attempt timeout, is a failure; so is one still running when the
+// caller's deadline expires, since a hang is the most expensive failure
+// a target has. An attempt whose caller cancels it counts for nothing. A
+// call cancelled while it waits to retry ends with codes.Canceled (or
+// DeadlineExceeded), and errors.Is matches context.Canceled (or
+// context.DeadlineExceeded), as with grpc-go's own retry.
+//
 // Invalid options cannot be reported from here; the interceptor then fails
 // every call with codes.Internal and the reason. Use New to get the error
 // at start-up instead.

@@ -182,6 +182,37 @@ func TestPanicFreesProbe(t *testing.T) {
 	})
 }
 
+// panicStream is a stream whose RecvMsg panics, a bug in an interceptor
+// or codec further in.
+type panicStream struct{ downStream }
+
+func (p *panicStream) RecvMsg(any) error { panic("codec bug") }
+
+// A sibling of item 4: a panic in the attempt's RecvMsg kept a half-open
+// probe's permit as long as the caller's context lived.
+func TestRecvPanicFreesProbe(t *testing.T) {
+	set, b := halfOpenSet(t)
+	i := mustNew(t, noWait, WithBreaker(set))
+	streamer := func(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+		return &panicStream{downStream{ctx: ctx}}, nil
+	}
+	ctx := ctxTimeout(t, time.Minute) // lives on: only the fix frees the permit
+	cs, err := i.StreamClient()(ctx, bidiDesc, newCC(t), "/svc/Bidi", streamer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, panicked := recovering(func() error { return cs.RecvMsg(&testsvcv1.BidiResponse{}) }); !panicked {
+		t.Fatal("the panic did not reach the recovery")
+	}
+	f := &fakeInvoker{results: []error{nil}}
+	if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke); err != nil {
+		t.Fatalf("the call after the panic: %v, want a probe that succeeds", err)
+	}
+	if got := b.State(); got != breaker.Closed {
+		t.Fatalf("breaker %v, want closed by the probe after the panic", got)
+	}
+}
+
 // Item 5: the replay buffer outlived the commit: a committed long-lived
 // stream kept every message sent before it.
 func TestReplayBufferFreedAtCommit(t *testing.T) {

@@ -39,21 +39,29 @@ func WithReplayBufferSize(n int) Option {
 // retry" signal as UnaryClientInterceptor.
 //
 // A stream is retried only until it commits, as gRFC A6 prescribes: when
-// the first response message or header arrives, or when the messages sent
-// outgrow the replay buffer (WithReplayBufferSize). Until then every message
-// the application sends is kept (a copy, for protobuf messages), and a
-// retryable failure opens a new stream and sends them again, in order.
-// After the commit, a failure goes to the application: nothing is replayed,
-// and nothing it received is delivered twice. Messages that are not
-// protobuf messages cannot be copied or sized; sending one commits the
-// stream. The per-attempt timeout does not apply to streams.
+// the response headers or the first response message arrive (an attempt
+// that failed after sending headers is not retried), when the messages
+// sent outgrow the replay buffer (WithReplayBufferSize), or when the
+// application calls Context or Trailer, which commit as grpc-go's own
+// retrying stream does: the context the caller holds is never cancelled
+// by a retry. Until then every message the application sends is kept (a
+// copy, for protobuf messages), and a retryable failure opens a new stream
+// and sends them again, in order. After the commit, a failure goes to the
+// application: nothing is replayed, and nothing it received is delivered
+// twice. Messages that are not protobuf messages cannot be copied or
+// sized; sending one commits the stream. Header waits for the headers of
+// the attempt that answers: if an attempt ends without headers, Header
+// retries it as RecvMsg would. The per-attempt timeout does not apply to
+// streams.
 //
 // The breaker sees each attempt once: Allow when it opens and the final
-// status when it ends (an attempt its caller abandons counts for nothing).
-// A half-open probe is the exception: it is reported as a success as soon
-// as the target answers (a header or a message), so that a long-lived
-// healthy stream does not hold one of the few probe slots for its whole
-// life. DeadlineExceeded is never retried on a stream.
+// status when it ends. An attempt its caller cancels counts for nothing;
+// one still unanswered when the caller's deadline expires counts as a
+// failure (see the rule on UnaryClientInterceptor). A half-open probe is
+// reported as a success as soon as the target answers (a header or a
+// message), so that a long-lived healthy stream does not hold one of the
+// few probe slots for its whole life. DeadlineExceeded is never retried on
+// a stream.
 //
 // Invalid options make every stream fail with codes.Internal; use New to
 // get the error at start-up.

@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/stormguard/stormguard/breaker"
 )
 
 // RecvMsg receives from the current attempt. A retryable failure before
@@ -25,7 +27,28 @@ func (s *retryStream) RecvMsg(m any) error {
 // for it learns of the new attempt.
 func (s *retryStream) recvStep(m any) (done bool, err error) {
 	s.drive <- struct{}{}
-	defer func() { <-s.drive }()
+	returned := false
+	defer s.release(&returned)
+	done, err = s.recvDriving(m)
+	returned = true
+	return done, err
+}
+
+// release gives drive back. On a panic (returned is false), it also frees
+// the current attempt's breaker permit and ends the attempt: a panic that
+// a recovery interceptor turns into an error must not keep a half-open
+// probe's slot.
+func (s *retryStream) release(returned *bool) {
+	<-s.drive
+	if !*returned {
+		a := s.current()
+		s.take(a).Done(breaker.Ignored)
+		a.cancel()
+	}
+}
+
+// recvDriving is recvStep's work, with drive held.
+func (s *retryStream) recvDriving(m any) (done bool, err error) {
 	s.mu.Lock()
 	a, final := s.cur, s.final
 	s.mu.Unlock()
@@ -136,7 +159,15 @@ func (s *retryStream) settled() bool {
 // that held drive meanwhile).
 func (s *retryStream) headerStep(a *streamAttempt) bool {
 	s.drive <- struct{}{}
-	defer func() { <-s.drive }()
+	returned := false
+	defer s.release(&returned)
+	more := s.headerDriving(a)
+	returned = true
+	return more
+}
+
+// headerDriving is headerStep's work, with drive held.
+func (s *retryStream) headerDriving(a *streamAttempt) bool {
 	s.mu.Lock()
 	cur, done := s.cur, s.committed || s.finished
 	s.mu.Unlock()
