@@ -95,6 +95,45 @@ func (s *server) dontRetryOnPanic(sc *stateCtx, method string) bool {
 	return true
 }
 
+// StreamServerInterceptor returns the server interceptor for streams: the
+// same as UnaryServerInterceptor, for streaming handlers.
+//
+// Invalid options make every stream fail with codes.Internal; use New to
+// get the error at start-up.
+func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
+	i, err := New(opts...)
+	if err != nil {
+		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+			return status.Error(codes.Internal, err.Error())
+		}
+	}
+	return i.StreamServer()
+}
+
+// serverStream gives a streaming handler the context with its Info.
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	sc := s.begin(ss.Context(), info.FullMethod)
+	returned := false
+	defer func() {
+		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
+			ss.SetTrailer(dontRetry)
+		}
+	}()
+	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
+	returned = true
+	if s.dontRetryNeeded(sc, info.FullMethod, err) {
+		ss.SetTrailer(dontRetry)
+	}
+	return err
+}
+
 // ServerOptions returns the server options that install the server
 // interceptors. Invalid options make every call fail; use New to get the
 // error at start-up.
