@@ -378,3 +378,94 @@ func TestDontRetryTrailerOnPanic(t *testing.T) {
 		}
 	}
 }
+
+// headerFake is an attempt for TestHeaderDoesNotWaitForRecv. The first
+// attempt fails at once; the first call of its Header (nil: no headers)
+// returns only once the second attempt's RecvMsg is waiting, later calls
+// at once. The second attempt has headers at once and echoes what it is
+// sent.
+type headerFake struct {
+	downStream
+	first        bool
+	headerCalled chan struct{} // closed when the first attempt's Header is first called
+	recvWaiting  chan struct{} // closed when the second attempt's RecvMsg waits
+	sent         chan string
+	calls        atomic.Int32
+}
+
+func (h *headerFake) Header() (metadata.MD, error) {
+	if !h.first {
+		return metadata.Pairs("x-attempt", "2"), nil
+	}
+	if h.calls.Add(1) == 1 {
+		close(h.headerCalled)
+		<-h.recvWaiting
+	}
+	return nil, nil
+}
+
+func (h *headerFake) SendMsg(m any) error {
+	if h.first {
+		return nil
+	}
+	h.sent <- m.(*testsvcv1.BidiRequest).GetId()
+	return nil
+}
+
+func (h *headerFake) RecvMsg(m any) error {
+	if h.first {
+		return status.Error(codes.Unavailable, "down")
+	}
+	close(h.recvWaiting)
+	select {
+	case id := <-h.sent:
+		m.(*testsvcv1.BidiResponse).Id = id
+		return nil
+	case <-h.ctx.Done():
+		return status.FromContextError(h.ctx.Err()).Err()
+	}
+}
+
+// TestHeaderDoesNotWaitForRecv: a Header that learned its attempt ended
+// without headers after a concurrent RecvMsg had already retried it must
+// not wait for that RecvMsg, which may wait for a message the caller of
+// Header is about to send.
+func TestHeaderDoesNotWaitForRecv(t *testing.T) {
+	headerCalled, recvWaiting := make(chan struct{}), make(chan struct{})
+	n := 0
+	streamer := func(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+		n++
+		return &headerFake{downStream: downStream{ctx: ctx}, first: n == 1, headerCalled: headerCalled, recvWaiting: recvWaiting, sent: make(chan string, 1)}, nil
+	}
+	ctx := ctxTimeout(t, 5*time.Second)
+	cs, err := mustNew(t, noWait).StreamClient()(ctx, bidiDesc, newCC(t), "/svc/Bidi", streamer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		md  metadata.MD
+		id  string
+		err error
+	}
+	header, recvd := make(chan result, 1), make(chan result, 1)
+	go func() {
+		md, err := cs.Header()
+		header <- result{md: md, err: err}
+	}()
+	<-headerCalled
+	go func() {
+		var m testsvcv1.BidiResponse
+		err := cs.RecvMsg(&m)
+		recvd <- result{id: m.GetId(), err: err}
+	}()
+	h := <-header
+	if got := h.md.Get("x-attempt"); h.err != nil || len(got) != 1 || got[0] != "2" {
+		t.Fatalf("Header: %v, %v; want the second attempt's header", h.md, h.err)
+	}
+	if err := cs.SendMsg(&testsvcv1.BidiRequest{Id: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-recvd; r.err != nil || r.id != "0" {
+		t.Fatalf("RecvMsg: %q, %v; want the echo of 0", r.id, r.err)
+	}
+}

@@ -129,7 +129,8 @@ type retryStream struct {
 	cur       *streamAttempt
 	committed bool
 	finished  bool
-	final     error // the error stormguard ended the stream with, if it did
+	final     error         // the error stormguard ended the stream with, if it did
+	replaced  chan struct{} // closed when cur changes; made by a waiting Header
 
 	reporting sync.WaitGroup // outcomes abandoned is reporting; see take
 }
@@ -259,6 +260,10 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 	}
 	s.mu.Lock()
 	s.cur = a
+	if s.replaced != nil {
+		close(s.replaced)
+		s.replaced = nil
+	}
 	s.mu.Unlock()
 	cancel = nil
 	return true, 0, nil

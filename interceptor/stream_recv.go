@@ -158,12 +158,44 @@ func (s *retryStream) settled() bool {
 // have headers: a new attempt is in place (by this call or by a RecvMsg
 // that held drive meanwhile).
 func (s *retryStream) headerStep(a *streamAttempt) bool {
-	s.drive <- struct{}{}
+	if !s.acquireFor(a) {
+		return !s.settled() // a is no longer current: try the new attempt's Header
+	}
 	returned := false
 	defer s.release(&returned)
 	more := s.headerDriving(a)
 	returned = true
 	return more
+}
+
+// acquireFor takes drive to settle attempt a, which ended without
+// headers. It gives up, returning false, when a RecvMsg replaced a
+// meanwhile: that RecvMsg may hold drive while it waits for a message of
+// the new attempt, which could depend on what the caller of Header sends
+// next.
+func (s *retryStream) acquireFor(a *streamAttempt) bool {
+	for {
+		select {
+		case s.drive <- struct{}{}:
+			return true
+		default:
+		}
+		s.mu.Lock()
+		if s.cur != a {
+			s.mu.Unlock()
+			return false
+		}
+		if s.replaced == nil {
+			s.replaced = make(chan struct{})
+		}
+		ch := s.replaced
+		s.mu.Unlock()
+		select {
+		case s.drive <- struct{}{}:
+			return true
+		case <-ch:
+		}
+	}
 }
 
 // headerDriving is headerStep's work, with drive held.
