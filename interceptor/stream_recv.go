@@ -85,6 +85,7 @@ func (s *retryStream) failed(a *streamAttempt, err error) (retried bool, final e
 	if !eof && !s.isCommitted() {
 		if md, _ := a.cs.Header(); md != nil {
 			s.commit()
+			s.c.answered.Store(true)
 		}
 	}
 	s.mu.Lock()
