@@ -469,3 +469,23 @@ func TestHeaderDoesNotWaitForRecv(t *testing.T) {
 		t.Fatalf("RecvMsg: %q, %v; want the echo of 0", r.id, r.err)
 	}
 }
+
+// The same as item 15 for a stream whose first attempt could not open: the
+// caller cancels while the stream waits to retry.
+func TestStreamOpenCancelDuringBackoff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sleep := withSleep(func(ctx context.Context, d time.Duration) error {
+		cancel()
+		return ctx.Err()
+	})
+	opened := 0
+	streamer := func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+		opened++
+		return nil, status.Error(codes.Unavailable, "connecting")
+	}
+	_, err := mustNew(t, sleep).StreamClient()(ctx, bidiDesc, newCC(t), "/svc/Bidi", streamer)
+	if status.Code(err) != codes.Canceled || !errors.Is(err, context.Canceled) || opened != 1 {
+		t.Fatalf("got %v after %d attempts, want Canceled (errors.Is context.Canceled) after 1", err, opened)
+	}
+}
