@@ -137,7 +137,13 @@ func (s *retryStream) Header() (metadata.MD, error) {
 			s.answered(a)
 			return md, err
 		}
-		if s.settled() {
+		s.mu.Lock()
+		cur, settled := s.cur, s.committed || s.finished
+		s.mu.Unlock()
+		switch {
+		case cur != a:
+			continue // a RecvMsg replaced a meanwhile: the new attempt's header
+		case settled:
 			return md, err
 		}
 		if !s.headerStep(a) {
@@ -146,21 +152,13 @@ func (s *retryStream) Header() (metadata.MD, error) {
 	}
 }
 
-// settled reports whether the stream committed or finished: its current
-// attempt is the last one.
-func (s *retryStream) settled() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.committed || s.finished
-}
-
 // headerStep learns, holding drive, why attempt a ended without headers,
-// and retries it as RecvMsg would. It reports whether another attempt may
-// have headers: a new attempt is in place (by this call or by a RecvMsg
-// that held drive meanwhile).
+// and retries it as RecvMsg would. It reports whether a new attempt is in
+// place (by this call or by a RecvMsg meanwhile), whose header Header
+// then reads.
 func (s *retryStream) headerStep(a *streamAttempt) bool {
 	if !s.acquireFor(a) {
-		return !s.settled() // a is no longer current: try the new attempt's Header
+		return true // a is no longer current: the new attempt's header
 	}
 	returned := false
 	defer s.release(&returned)
@@ -205,7 +203,7 @@ func (s *retryStream) headerDriving(a *streamAttempt) bool {
 	cur, done := s.cur, s.committed || s.finished
 	s.mu.Unlock()
 	if cur != a {
-		return !done
+		return true
 	}
 	if done {
 		return false
