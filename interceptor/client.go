@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -20,6 +21,20 @@ import (
 // with grpc.WithChainUnaryInterceptor alone, a service config retry
 // policy stays on underneath and multiplies its attempts unseen (3 x 3 = 9
 // calls where 3 were meant; see Interceptors.UnaryClient).
+//
+// As gRFC A6 prescribes, an attempt whose response headers arrived
+// commits the call: it is not retried, whatever status follows (the
+// server may have acted on the request). A failure before any header (a
+// trailers-only response) is retried.
+//
+// What the breaker and the budget count: an attempt that ends with
+// UNAVAILABLE or RESOURCE_EXHAUSTED, or with DEADLINE_EXCEEDED of its own
+// per-attempt timeout, is a failure; so is one still running when the
+// caller's deadline expires, since a hang is the most expensive failure
+// a target has. An attempt whose caller cancels it counts for nothing. A
+// call cancelled while it waits to retry ends with codes.Canceled (or
+// DeadlineExceeded), and errors.Is matches context.Canceled (or
+// context.DeadlineExceeded), as with grpc-go's own retry.
 //
 // Invalid options cannot be reported from here; the interceptor then fails
 // every call with codes.Internal and the reason. Use New to get the error
@@ -45,48 +60,6 @@ func (cl *client) callConfig(opts []grpc.CallOption) (*config, error) {
 	return cl.cfg.forCall(opts)
 }
 
-// unaryCall is the state of one unary call: the retry state, and the
-// call options with the trailer option added, in one allocation. It is not
-// pooled: an interceptor further in that returned before its invoker did
-// could still write the trailer into it.
-type unaryCall struct {
-	call
-	trailer metadata.MD
-	opt     grpc.TrailerCallOption
-	optsBuf [8]grpc.CallOption
-}
-
-func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	cfg, err := cl.callConfig(opts)
-	if err != nil {
-		return err
-	}
-	u := &unaryCall{}
-	u.opt.TrailerAddr = &u.trailer
-	opts = append(append(u.optsBuf[:0], opts...), &u.opt)
-	c := &u.call
-	c.init(ctx, cfg, cc.Target(), method)
-	for {
-		permit, err := c.admit()
-		if err != nil {
-			return err
-		}
-		actx, cancel := c.attemptContext(true)
-		u.trailer = nil
-		err = invoker(actx, method, req, reply, cc, opts...)
-		// Only the attempt's own timer makes DeadlineExceeded retryable.
-		c.timedOut = cfg.perAttemptTimeout > 0 && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
-		cancel()
-		wait, err := c.after(permit, err, u.trailer)
-		if err != nil || wait < 0 {
-			return err
-		}
-		if err := c.cfg.sleep(ctx, wait); err != nil {
-			return c.stop(StopCanceled)
-		}
-	}
-}
-
 // call is the retry state of one client call, shared by the unary and
 // stream interceptors: which attempt this is, what the tier policy, the
 // budget and the breaker say, and the last error.
@@ -108,6 +81,12 @@ type call struct {
 	// timedOut: the last attempt's own per-attempt timeout expired (unary
 	// only), which alone makes DeadlineExceeded retryable.
 	timedOut bool
+	// committed: the call can no longer be retried (gRFC A6): response
+	// headers or a message arrived, or a stream outgrew its replay buffer.
+	committed bool
+	// answered: a stream's target answered (a header or a message), so
+	// that running into the caller's deadline later is no sign of a hang.
+	answered atomic.Bool
 }
 
 // retryable reports whether an attempt that ended with code may be
@@ -120,8 +99,9 @@ func (c *call) retryable(code codes.Code) bool {
 	return c.cfg.retries(code)
 }
 
-// init prepares c for a call to method of target and records the request
-// in the budget.
+// init prepares c for a call to method of target. The request is recorded
+// in the budget when its first attempt goes out (attemptContext), so that a
+// call an open breaker refuses does not earn retries.
 func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 	target = normalizeTarget(target) // one key for every spelling of an address
 	*c = call{ctx: ctx, cfg: cfg, target: target, method: method, st: stateFrom(ctx)}
@@ -138,9 +118,6 @@ func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 	}
 	if cfg.breakers != nil {
 		c.brk = cfg.breakers.Get(c.key)
-	}
-	if c.lim != nil {
-		c.lim.RecordRequest()
 	}
 }
 
@@ -159,9 +136,13 @@ func (c *call) admit() (breaker.Permit, error) {
 
 // attemptContext returns the context of the next attempt: the caller's,
 // with the attempt metadata and, if timeout is set, the per-attempt
-// timeout.
+// timeout. Call it once the breaker admitted the attempt: the first one
+// records the request in the budget.
 func (c *call) attemptContext(timeout bool) (context.Context, context.CancelFunc) {
 	ctx := c.ctx
+	if c.attempt == 0 && c.lim != nil {
+		c.lim.RecordRequest()
+	}
 	var kv [6]string
 	n := 0
 	if c.attempt > 0 {
@@ -201,10 +182,17 @@ func (c *call) after(permit breaker.Permit, err error, trailer metadata.MD) (tim
 // settle reports the outcome of an attempt to the breaker (through its
 // permit) and to the limiter, and returns the attempt's pushback. Failures
 // are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED of the attempt's
-// own timeout, and a retryable code answered with "do not retry"; a call
-// whose caller is gone counts for nothing; anything else, a "do not retry"
-// trailer on a success or on a code that is not retried included, shows a
-// live target: success.
+// own timeout, a retryable code answered with "do not retry", and an
+// attempt still unanswered when the caller's deadline expired; anything
+// else, a "do not retry" trailer on a success or on a code that is not
+// retried included, shows a live target: success.
+//
+// The caller's context: a target that hangs until the caller's deadline
+// is the most expensive failure there is, and counts as one (a unary
+// call, or a stream before its first header or message; a stream that
+// answered and then ran into the deadline counts for nothing, since long
+// streams often end that way). A caller that cancels on its own says
+// nothing about the target: the attempt counts for nothing.
 //
 // One exception: a half-open probe answered "do not retry" is Ignored. The
 // answer came from a live target whose own dependency failed (often a
@@ -218,17 +206,20 @@ func (c *call) after(permit breaker.Permit, err error, trailer metadata.MD) (tim
 func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb int64, hasPB bool) {
 	code := status.Code(err)
 	pb, hasPB = pushback(trailer)
-	callerDone := c.ctx.Err() != nil
 	if c.cfg.observer != nil {
 		c.observe(Event{Kind: EventAttemptEnd, Attempt: c.attempt - 1, Code: code, Duration: time.Since(c.started)})
 	}
 	dontRetry := err != nil && hasPB && pb < 0
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && c.timedOut) || (dontRetry && c.retryable(code))
+	if err != nil && c.ctx.Err() != nil {
+		if !c.hung() {
+			permit.Done(breaker.Ignored)
+			return pb, hasPB
+		}
+		failure = true
+	}
 	switch {
-	case callerDone && err != nil:
-		permit.Done(breaker.Ignored)
-		return pb, hasPB
 	case dontRetry && permit.Probe():
 		permit.Done(breaker.Ignored)
 	case failure:
@@ -240,6 +231,12 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 		c.lim.RecordOutcome(!failure)
 	}
 	return pb, hasPB
+}
+
+// hung reports whether the caller's deadline expired before the target
+// answered: a failure of the target, unlike a caller that cancelled.
+func (c *call) hung() bool {
+	return !c.answered.Load() && errors.Is(c.ctx.Err(), context.DeadlineExceeded)
 }
 
 // next decides what follows an attempt that ended with err (nil: the call
@@ -255,6 +252,8 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 		return -1, c.stop(StopCanceled)
 	case !c.retryable(status.Code(err)):
 		return -1, c.stop(StopNotRetryable)
+	case c.committed:
+		return -1, c.stop(StopCommitted)
 	case hasPB && pb < 0:
 		return -1, c.stop(StopPushback)
 	case c.attempt >= c.max:
@@ -306,6 +305,22 @@ func (c *call) stop(reason StopReason) error {
 		return c.last
 	}
 	return newError(c.last, c.attempt, reason, c.target)
+}
+
+// canceled ends the call when the caller's context ended during the wait
+// before a retry. Like grpc-go's own retry, the call then ends with the
+// context's code (Canceled or DeadlineExceeded), and the error unwraps to
+// the context's error as well as to the last attempt's.
+func (c *call) canceled() error {
+	cerr := c.ctx.Err()
+	if cerr == nil { // a wait that failed for another reason
+		return c.stop(StopCanceled)
+	}
+	c.giveUp(StopCanceled)
+	e := newError(c.last, c.attempt, StopCanceled, c.target)
+	e.st = status.FromContextError(cerr)
+	e.cause = cerr
+	return e
 }
 
 // giveUp marks the request this call serves, so that its server answers

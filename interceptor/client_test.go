@@ -166,7 +166,7 @@ func TestStopReasons(t *testing.T) {
 		{name: "max attempts 1", opts: []Option{WithMaxAttempts(1)}, results: []error{errUnavailable}, attempts: 1, code: codes.Unavailable, reason: StopAttempts},
 		{name: "negative pushback", results: []error{errUnavailable}, pushbacks: []string{"-1"}, attempts: 1, code: codes.Unavailable, reason: StopPushback},
 		{name: "malformed pushback", results: []error{errUnavailable}, pushbacks: []string{"soon"}, attempts: 1, code: codes.Unavailable, reason: StopPushback},
-		{name: "non-retryable then retryable", results: []error{errUnavailable, errInternal}, attempts: 2, code: codes.Internal, reason: StopNotRetryable},
+		{name: "retryable then non-retryable", results: []error{errUnavailable, errInternal}, attempts: 2, code: codes.Internal, reason: StopNotRetryable},
 		{name: "custom codes", opts: []Option{WithCodes(codes.Internal)}, results: []error{errInternal}, attempts: 3, code: codes.Internal, reason: StopAttempts},
 		// 0 retries < 0.2 x 1 request allows one retry; 1 < 0.2 refuses
 		// the second.
@@ -255,9 +255,11 @@ func TestPushbackHonoured(t *testing.T) {
 func TestDeadlineGivesUpWithoutSleeping(t *testing.T) {
 	var s sleeps
 	f := &fakeInvoker{results: []error{errUnavailable}}
-	// Base 100 ms, u just under 1: the next wait is about 100 ms.
-	i := mustNew(t, s.option(), WithBackoff(Backoff{Base: 100 * time.Millisecond}), withRand(func() float64 { return 0.99999 }))
-	err := i.UnaryClient()(ctxTimeout(t, 50*time.Millisecond), "/svc/M", nil, nil, newCC(t), f.invoke)
+	// Base and cap an hour, u just under 1: the next wait is about an
+	// hour, far beyond the caller's minute, which cannot pass before the
+	// first attempt returns (a 50 ms deadline once did, under -race).
+	i := mustNew(t, s.option(), WithBackoff(Backoff{Base: time.Hour, Cap: time.Hour}), withRand(func() float64 { return 0.99999 }))
+	err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke)
 	var se *Error
 	if !errors.As(err, &se) || se.Reason != StopDeadline {
 		t.Fatalf("got %v, want a stop for the deadline", err)

@@ -35,8 +35,10 @@ const (
 	StopDeadline
 	// StopCanceled: the caller's context is done.
 	StopCanceled
-	// StopCommitted: a stream failed after it committed (a response had
-	// arrived), when it can no longer be retried.
+	// StopCommitted: the call failed after it committed (gRFC A6:
+	// response headers or a message had arrived, or a stream outgrew its
+	// replay buffer or its Context was taken), when it can no longer be
+	// retried.
 	StopCommitted
 )
 
@@ -49,7 +51,7 @@ var stopReasonNames = map[StopReason]string{
 	StopPushback:     "server said do not retry",
 	StopDeadline:     "deadline too close to retry",
 	StopCanceled:     "caller's context done",
-	StopCommitted:    "stream already committed",
+	StopCommitted:    "call already committed",
 }
 
 func (r StopReason) String() string {

@@ -68,13 +68,76 @@ func (s *server) dontRetryNeeded(sc *stateCtx, method string, err error) bool {
 	return true
 }
 
-func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	sc := s.begin(ctx, info.FullMethod)
-	resp, err := handler(sc, req)
+	returned := false
+	defer func() {
+		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
+			_ = grpc.SetTrailer(sc, dontRetry)
+		}
+	}()
+	resp, err = handler(sc, req)
+	returned = true
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		_ = grpc.SetTrailer(sc, dontRetry)
 	}
 	return resp, err
+}
+
+// dontRetryOnPanic reports whether a handler that panics must still send
+// the "do not retry" trailer: one of its calls gave up. The interceptors
+// set it from a deferred function and let the panic go on. A recovery interceptor further out may turn the panic into
+// a retryable code; without the trailer the tier above would retry a
+// request this tier already retried. The code is unknown here, so the
+// trailer goes out whatever it will be (a caller ignores it on a code it
+// does not retry anyway).
+func (s *server) dontRetryOnPanic(sc *stateCtx, method string) bool {
+	if !sc.st.gaveUp.Load() {
+		return false
+	}
+	if s.observer != nil {
+		s.observer.Observe(sc, Event{Kind: EventPushbackSent, Method: method, Code: codes.Unknown, Info: sc.st.info})
+	}
+	return true
+}
+
+// StreamServerInterceptor returns the server interceptor for streams: the
+// same as UnaryServerInterceptor, for streaming handlers.
+//
+// Invalid options make every stream fail with codes.Internal; use New to
+// get the error at start-up.
+func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
+	i, err := New(opts...)
+	if err != nil {
+		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
+			return status.Error(codes.Internal, err.Error())
+		}
+	}
+	return i.StreamServer()
+}
+
+// serverStream gives a streaming handler the context with its Info.
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	sc := s.begin(ss.Context(), info.FullMethod)
+	returned := false
+	defer func() {
+		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
+			ss.SetTrailer(dontRetry)
+		}
+	}()
+	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
+	returned = true
+	if s.dontRetryNeeded(sc, info.FullMethod, err) {
+		ss.SetTrailer(dontRetry)
+	}
+	return err
 }
 
 // ServerOptions returns the server options that install the server

@@ -39,21 +39,29 @@ func WithReplayBufferSize(n int) Option {
 // retry" signal as UnaryClientInterceptor.
 //
 // A stream is retried only until it commits, as gRFC A6 prescribes: when
-// the first response message or header arrives, or when the messages sent
-// outgrow the replay buffer (WithReplayBufferSize). Until then every message
-// the application sends is kept (a copy, for protobuf messages), and a
-// retryable failure opens a new stream and sends them again, in order.
-// After the commit, a failure goes to the application: nothing is replayed,
-// and nothing it received is delivered twice. Messages that are not
-// protobuf messages cannot be copied or sized; sending one commits the
-// stream. The per-attempt timeout does not apply to streams.
+// the response headers or the first response message arrive (an attempt
+// that failed after sending headers is not retried), when the messages
+// sent outgrow the replay buffer (WithReplayBufferSize), or when the
+// application calls Context or Trailer, which commit as grpc-go's own
+// retrying stream does: the context the caller holds is never cancelled
+// by a retry. Until then every message the application sends is kept (a
+// copy, for protobuf messages), and a retryable failure opens a new stream
+// and sends them again, in order. After the commit, a failure goes to the
+// application: nothing is replayed, and nothing it received is delivered
+// twice. Messages that are not protobuf messages cannot be copied or
+// sized; sending one commits the stream. Header waits for the headers of
+// the attempt that answers: if an attempt ends without headers, Header
+// retries it as RecvMsg would. The per-attempt timeout does not apply to
+// streams.
 //
 // The breaker sees each attempt once: Allow when it opens and the final
-// status when it ends (an attempt its caller abandons counts for nothing).
-// A half-open probe is the exception: it is reported as a success as soon
-// as the target answers (a header or a message), so that a long-lived
-// healthy stream does not hold one of the few probe slots for its whole
-// life. DeadlineExceeded is never retried on a stream.
+// status when it ends. An attempt its caller cancels counts for nothing;
+// one still unanswered when the caller's deadline expires counts as a
+// failure (see the rule on UnaryClientInterceptor). A half-open probe is
+// reported as a success as soon as the target answers (a header or a
+// message), so that a long-lived healthy stream does not hold one of the
+// few probe slots for its whole life. DeadlineExceeded is never retried on
+// a stream.
 //
 // Use it with grpc.WithDisableRetry (DialOptions does both): with
 // grpc.WithChainStreamInterceptor alone, a service config retry policy
@@ -76,7 +84,7 @@ func (cl *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 	if err != nil {
 		return nil, err
 	}
-	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, limit: cfg.replayLimit}
+	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, limit: cfg.replayLimit, drive: make(chan struct{}, 1)}
 	s.c.init(ctx, cfg, cc.Target(), method)
 	for {
 		started, wait, err := s.open()
@@ -87,7 +95,7 @@ func (cl *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 			return s, nil
 		}
 		if err := cfg.sleep(ctx, wait); err != nil {
-			return nil, s.c.stop(StopCanceled)
+			return nil, s.c.canceled()
 		}
 	}
 }
@@ -98,11 +106,11 @@ func (cl *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 //
 // Locking: sendMu serializes SendMsg, CloseSend and the replay into a new
 // attempt, so that no message is sent twice to one attempt or lost between
-// two. mu guards the fields below it and is never held across network
-// calls. Only RecvMsg (and the initial open) starts new attempts, and gRPC
-// allows one RecvMsg at a time.
+// two. drive is the right to receive from the current attempt and to
+// replace it (see recvStep). mu guards the fields below it and is never
+// held across network calls.
 type retryStream struct {
-	c        call
+	c        call // its fields are used by the holder of drive, or before the stream is handed out
 	desc     *grpc.StreamDesc
 	cc       *grpc.ClientConn
 	method   string
@@ -111,14 +119,24 @@ type retryStream struct {
 	limit    int
 
 	sendMu     sync.Mutex
-	halfClosed bool            // CloseSend was called; guarded by sendMu
-	buf        []proto.Message // copies of the messages sent before the commit; guarded by sendMu
-	bufBytes   int             // guarded by sendMu
+	halfClosed bool // CloseSend was called; guarded by sendMu
+
+	// drive is a semaphore of one: RecvMsg holds it while it receives,
+	// and Header when it must learn why an attempt ended without headers.
+	// A channel, so that a Header waiting for it gets it as soon as
+	// RecvMsg lets go, before RecvMsg takes it again.
+	drive chan struct{}
 
 	mu        sync.Mutex
+	buf       []proto.Message // copies of the messages sent before the commit; nil after it
+	bufBytes  int
 	cur       *streamAttempt
 	committed bool
 	finished  bool
+	final     error         // the error stormguard ended the stream with, if it did
+	replaced  chan struct{} // closed when cur changes; made by a waiting Header
+
+	reporting sync.WaitGroup // outcomes abandoned is reporting; see take
 }
 
 // streamAttempt is one attempt of a stream: its gRPC stream, the cancel of
@@ -131,21 +149,27 @@ type streamAttempt struct {
 }
 
 // take hands out a's permit for its outcome, once; later calls get the
-// zero Permit, whose Done does nothing.
+// zero Permit, whose Done does nothing. If abandoned took it, take waits
+// until that outcome is reported, so that the breaker has counted the
+// attempt when the application learns how it ended.
 func (s *retryStream) take(a *streamAttempt) breaker.Permit {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if a.settled {
+		s.mu.Unlock()
+		s.reporting.Wait()
 		return breaker.Permit{}
 	}
 	a.settled = true
+	s.mu.Unlock()
 	return a.permit
 }
 
-// answered reports a half-open probe as a success as soon as the target
-// answered (a header or a message), so that a long-lived stream does not
-// hold one of the breaker's few probe slots for its whole life.
+// answered notes that the target answered a (a header or a message) and
+// reports a half-open probe as a success at once, so that a long-lived
+// stream does not hold one of the breaker's few probe slots for its whole
+// life.
 func (s *retryStream) answered(a *streamAttempt) {
+	s.c.answered.Store(true)
 	s.mu.Lock()
 	probe := !a.settled && a.permit.Probe()
 	if probe {
@@ -157,38 +181,80 @@ func (s *retryStream) answered(a *streamAttempt) {
 	}
 }
 
+// abandoned reports the outcome of an attempt whose context ended before
+// its status was read: the caller cancelled (Ignored), or its deadline
+// expired before the target answered (a hang: Failure; see call.settle).
+func (s *retryStream) abandoned(a *streamAttempt) {
+	s.mu.Lock()
+	if a.settled {
+		s.mu.Unlock()
+		return
+	}
+	a.settled = true
+	s.reporting.Add(1)
+	s.mu.Unlock()
+	defer s.reporting.Done()
+	if s.c.hung() {
+		a.permit.Done(breaker.Failure)
+		return
+	}
+	a.permit.Done(breaker.Ignored)
+}
+
 // open starts one attempt and replays the buffered messages into it. It
 // reports whether the attempt is in place; if not, the wait before the
-// next try, or the call's final error.
+// next try, or the call's final error. The breaker permit is released on
+// every way out, a panic in the streamer or in the replay included.
 func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 	if s.isCommitted() {
-		// The replay buffer overflowed while a retry was waiting: what
-		// was sent can no longer be replayed.
+		// The stream committed while a retry was waiting (its replay
+		// buffer overflowed, or Context was called): what was sent can no
+		// longer be replayed.
 		return false, 0, s.c.stop(StopCommitted)
 	}
 	permit, err := s.c.admit()
 	if err != nil {
 		return false, 0, err
 	}
+	held, cancel := permit, context.CancelFunc(nil)
+	defer func() { // only on a panic: both are cleared on the way out
+		if cancel != nil {
+			cancel()
+		}
+		held.Done(breaker.Ignored)
+	}()
 	mctx, _ := s.c.attemptContext(false)
-	actx, cancel := context.WithCancel(mctx)
+	actx, acancel := context.WithCancel(mctx)
+	cancel = acancel
 	cs, err := s.streamer(actx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
-		cancel()
+		acancel()
+		held, cancel = breaker.Permit{}, nil
 		wait, err := s.c.after(permit, err, nil)
 		return false, wait, err
 	}
-	a := &streamAttempt{cs: cs, cancel: cancel, permit: permit}
+	a := &streamAttempt{cs: cs, cancel: acancel, permit: permit}
+	// From here a holds the permit. An attempt abandoned by its caller
+	// (context done, RecvMsg never called again) must not keep it: a
+	// half-open probe would hold its slot forever.
+	held = breaker.Permit{}
+	context.AfterFunc(actx, func() { s.abandoned(a) })
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	if s.isCommitted() {
-		cancel()
-		permit.Done(breaker.Ignored)
+	s.mu.Lock()
+	committed, buf := s.committed, s.buf
+	s.mu.Unlock()
+	if committed {
+		acancel()
+		cancel = nil
+		s.take(a).Done(breaker.Ignored)
 		return false, 0, s.c.stop(StopCommitted)
 	}
 	// An error here means the attempt ended already; its status comes
-	// from RecvMsg, which then retries.
-	for _, m := range s.buf {
+	// from RecvMsg, which then retries. buf is a snapshot: messages are
+	// only appended under sendMu, and the commit drops the slice without
+	// touching it.
+	for _, m := range buf {
 		if cs.SendMsg(m) != nil {
 			break
 		}
@@ -198,11 +264,12 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 	}
 	s.mu.Lock()
 	s.cur = a
+	if s.replaced != nil {
+		close(s.replaced)
+		s.replaced = nil
+	}
 	s.mu.Unlock()
-	// An attempt abandoned by its caller (context cancelled, RecvMsg never
-	// called again) must not keep its permit: a half-open probe would hold
-	// its slot forever.
-	context.AfterFunc(actx, func() { s.take(a).Done(breaker.Ignored) })
+	cancel = nil
 	return true, 0, nil
 }
 
@@ -212,10 +279,16 @@ func (s *retryStream) isCommitted() bool {
 	return s.committed
 }
 
+// commit ends the retrying of the stream and frees its replay buffer.
 func (s *retryStream) commit() {
 	s.mu.Lock()
-	s.committed = true
+	s.commitLocked()
 	s.mu.Unlock()
+}
+
+func (s *retryStream) commitLocked() {
+	s.committed = true
+	s.buf, s.bufBytes = nil, 0
 }
 
 func (s *retryStream) current() *streamAttempt {
@@ -224,121 +297,22 @@ func (s *retryStream) current() *streamAttempt {
 	return s.cur
 }
 
-// SendMsg sends m on the current attempt and, until the commit, keeps a
-// copy for replay.
-func (s *retryStream) SendMsg(m any) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	s.mu.Lock()
-	committed, finished, a := s.committed, s.finished, s.cur
-	s.mu.Unlock()
-	if finished {
-		return a.cs.SendMsg(m)
-	}
-	kept := !committed && s.keep(m)
-	err := a.cs.SendMsg(m)
-	switch {
-	case err == nil:
-	case errors.Is(err, io.EOF) && kept:
-		// The attempt ended; RecvMsg will learn why and, if it retries,
-		// replay m with the rest.
-		return nil
-	case kept:
-		// m itself failed (too large, not encodable): the application
-		// sees the error, and a replay must not send m again.
-		s.buf = s.buf[:len(s.buf)-1]
-		s.bufBytes -= proto.Size(m.(proto.Message))
-	}
-	return err
+// Trailer returns the trailer of the attempt that delivered the stream's
+// status. Like grpc-go's, it commits the stream: it is only meaningful
+// once RecvMsg returned an error.
+func (s *retryStream) Trailer() metadata.MD {
+	s.commit()
+	return s.current().cs.Trailer()
 }
 
-// keep adds a copy of m to the replay buffer. It returns false, and
-// commits the stream, when m cannot be kept: it is not a protobuf message,
-// or the buffer would outgrow its limit. Called with sendMu held.
-func (s *retryStream) keep(m any) bool {
-	pm, ok := m.(proto.Message)
-	if !ok || s.bufBytes+proto.Size(pm) > s.limit {
-		s.buf, s.bufBytes = nil, 0
-		s.commit()
-		return false
-	}
-	s.bufBytes += proto.Size(pm)
-	s.buf = append(s.buf, proto.Clone(pm))
-	return true
-}
-
-// CloseSend half-closes the current attempt and every later one.
-func (s *retryStream) CloseSend() error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	s.halfClosed = true
-	return s.current().cs.CloseSend()
-}
-
-// Header returns the current attempt's header. Headers are the first sign
-// of a response: a stream whose header arrived is committed.
-func (s *retryStream) Header() (metadata.MD, error) {
-	a := s.current()
-	md, err := a.cs.Header()
-	if err == nil && md != nil {
-		s.commit()
-		s.answered(a)
-	}
-	return md, err
-}
-
-// Trailer returns the current attempt's trailer.
-func (s *retryStream) Trailer() metadata.MD { return s.current().cs.Trailer() }
-
-// Context returns the current attempt's context.
-func (s *retryStream) Context() context.Context { return s.current().cs.Context() }
-
-// RecvMsg receives from the current attempt. A retryable failure before
-// the commit starts the next attempt, which gets the buffered messages
-// again; the application sees only the final outcome.
-func (s *retryStream) RecvMsg(m any) error {
-	for {
-		a := s.current()
-		err := a.cs.RecvMsg(m)
-		if err == nil {
-			s.commit()
-			s.answered(a)
-			if !s.desc.ServerStreams {
-				// The one response of a client stream: gRPC has seen
-				// the end of the stream too, so the call is over.
-				s.markFinished()
-				return s.end(a, nil)
-			}
-			return nil
-		}
-		s.mu.Lock()
-		finished, committed := s.finished, s.committed
-		s.finished = finished || committed || errors.Is(err, io.EOF)
-		s.mu.Unlock()
-		if finished {
-			return err
-		}
-		if committed || errors.Is(err, io.EOF) {
-			return s.end(a, err)
-		}
-		wait, final := s.c.after(s.take(a), err, a.cs.Trailer())
-		for final == nil {
-			a.cancel()
-			if err := s.c.cfg.sleep(s.c.ctx, wait); err != nil {
-				final = s.c.stop(StopCanceled)
-				break
-			}
-			var started bool
-			if started, wait, final = s.open(); started {
-				break // a new attempt is in place: receive from it
-			}
-		}
-		if final != nil {
-			s.markFinished()
-			s.current().cancel()
-			return final
-		}
-	}
+// Context returns the context of the current attempt and, as grpc-go's
+// own retrying stream does, commits the stream: no retry can replace the
+// attempt whose context the caller holds, and cancel it under the
+// caller's feet. A stream whose Context is called before its first
+// response is therefore not retried.
+func (s *retryStream) Context() context.Context {
+	s.commit()
+	return s.current().cs.Context()
 }
 
 func (s *retryStream) markFinished() {
@@ -361,38 +335,6 @@ func (s *retryStream) end(a *streamAttempt, err error) error {
 	if s.c.retryable(status.Code(err)) {
 		s.c.last = err
 		s.c.giveUp(StopCommitted)
-	}
-	return err
-}
-
-// StreamServerInterceptor returns the server interceptor for streams: the
-// same as UnaryServerInterceptor, for streaming handlers.
-//
-// Invalid options make every stream fail with codes.Internal; use New to
-// get the error at start-up.
-func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
-	i, err := New(opts...)
-	if err != nil {
-		return func(any, grpc.ServerStream, *grpc.StreamServerInfo, grpc.StreamHandler) error {
-			return status.Error(codes.Internal, err.Error())
-		}
-	}
-	return i.StreamServer()
-}
-
-// serverStream gives a streaming handler the context with its Info.
-type serverStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *serverStream) Context() context.Context { return s.ctx }
-
-func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	sc := s.begin(ss.Context(), info.FullMethod)
-	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
-	if s.dontRetryNeeded(sc, info.FullMethod, err) {
-		ss.SetTrailer(dontRetry)
 	}
 	return err
 }

@@ -1,0 +1,79 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/stormguard/stormguard/breaker"
+)
+
+// unaryCall is the state of one unary call: the retry state, and the
+// call options with the header and trailer options added, in one
+// allocation. It is not pooled: an interceptor further in that returned
+// before its invoker did could still write the header or trailer into it.
+type unaryCall struct {
+	call
+	header  metadata.MD
+	trailer metadata.MD
+	hopt    grpc.HeaderCallOption
+	topt    grpc.TrailerCallOption
+	optsBuf [8]grpc.CallOption
+}
+
+func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	cfg, err := cl.callConfig(opts)
+	if err != nil {
+		return err
+	}
+	u := &unaryCall{}
+	u.hopt.HeaderAddr = &u.header
+	u.topt.TrailerAddr = &u.trailer
+	opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
+	c := &u.call
+	c.init(ctx, cfg, cc.Target(), method)
+	for {
+		wait, err := u.attempt(method, req, reply, cc, invoker, opts)
+		if err != nil || wait < 0 {
+			return err
+		}
+		if err := c.cfg.sleep(ctx, wait); err != nil {
+			return c.canceled()
+		}
+	}
+}
+
+// attempt makes one attempt, if the breaker admits it, and judges it: it
+// returns the wait before the next attempt, or a negative wait and the
+// call's final error (nil on success).
+//
+// The breaker permit is released on every way out: a panic in the invoker
+// (an interceptor further in, a codec) that a recovery interceptor further
+// out turns into an error must not keep a half-open probe's slot forever.
+//
+// gRFC A6: an attempt whose response headers arrived committed the call,
+// and is not retried whatever its status. gRPC fills the header option
+// with a non-nil MD when headers arrived, and leaves it nil for a
+// trailers-only response (a server that failed before sending headers),
+// which stays retryable.
+func (u *unaryCall) attempt(method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (time.Duration, error) {
+	c := &u.call
+	permit, err := c.admit()
+	if err != nil {
+		return -1, err
+	}
+	held := permit
+	defer func() { held.Done(breaker.Ignored) }() // only on a panic: held is zero after
+	actx, cancel := c.attemptContext(true)
+	defer cancel()
+	u.header, u.trailer = nil, nil
+	err = invoker(actx, method, req, reply, cc, opts...)
+	// Only the attempt's own timer makes DeadlineExceeded retryable.
+	c.timedOut = c.cfg.perAttemptTimeout > 0 && c.ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+	c.committed = u.header != nil
+	held = breaker.Permit{}
+	return c.after(permit, err, u.trailer)
+}
