@@ -48,7 +48,7 @@ func (l *countingLimiter) option() Option {
 func closedSet(t *testing.T) (*breaker.Set, *breaker.Breaker) {
 	t.Helper()
 	set := mustSet(t, breaker.Config{MinimumCalls: 1000, Clock: frozen()})
-	return set, set.Get("passthrough:///payment")
+	return set, set.Get("payment")
 }
 
 // Item 3: a target that hung until the caller's deadline counted for
@@ -252,7 +252,7 @@ func TestReplayBufferFreedAtCommit(t *testing.T) {
 // sent.
 func TestRefusedCallsRecordNoRequest(t *testing.T) {
 	set := mustSet(t, breaker.Config{MinimumCalls: 1, Clock: clock.NewFake(time.Unix(0, 0))})
-	p, _ := set.Get("passthrough:///payment").Allow()
+	p, _ := set.Get("payment").Allow()
 	p.Done(breaker.Failure)
 	var lim countingLimiter
 	i := mustNew(t, noWait, WithBreaker(set), lim.option())
