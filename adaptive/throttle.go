@@ -202,18 +202,7 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 	if t.down {
 		return t.allowDown(el, u, retry)
 	}
-	req, acc := t.sum(el)
-	p := 0.0
-	if req >= minRequests {
-		p = max(0, (float64(req)-t.cfg.K*float64(acc))/float64(req+1))
-	}
-	if p > 0 && t.fresh >= minFresh && el-t.lastFail >= int64(t.cfg.DownAfter) {
-		// Every attempt for DownAfter was accepted: the loss the window
-		// remembers is over. Forget it, so that the target gets its
-		// traffic back now rather than as the buckets age.
-		t.buckets = [numBuckets]bucket{}
-		req, acc, p = 0, 0, 0
-	}
+	p := t.probability(el)
 	t.p = p
 	if retry && (t.run >= retryRun || p > 0) {
 		t.stats.RetriesRefused++
@@ -233,6 +222,34 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 	gen := t.gen
 	t.mu.Unlock()
 	return Permit{t: t, gen: gen}, nil
+}
+
+// probability returns the shedding probability at el. t.mu is held.
+func (t *Throttle) probability(el int64) float64 {
+	req, acc := t.sum(el)
+	if req < minRequests {
+		return 0
+	}
+	p := max(0, (float64(req)-t.cfg.K*float64(acc))/float64(req+1))
+	if p > 0 && t.fresh >= minFresh && el-t.lastFail >= int64(t.cfg.DownAfter) {
+		// Every attempt for DownAfter was accepted: the loss the window
+		// remembers is over. Forget it, so that the target gets its
+		// traffic back now rather than as the buckets age.
+		t.buckets = [numBuckets]bucket{}
+		return 0
+	}
+	return p
+}
+
+// RetryAllowed reports whether a retry would pass the throttle's rules
+// now: the target is up, not failing in a run, and not being shed. A
+// caller asks before it spends a retry budget and waits a backoff for a
+// retry that Allow(true) would refuse.
+func (t *Throttle) RetryAllowed() bool {
+	el := t.elapsed()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.down && t.run < retryRun && t.probability(el) == 0
 }
 
 // allowDown is Allow for a down target. t.mu is held; it unlocks.

@@ -392,3 +392,26 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// RetryAllowed agrees with Allow(true) and changes nothing.
+func TestRetryAllowed(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	if !th.RetryAllowed() {
+		t.Fatal("RetryAllowed false on a healthy target")
+	}
+	for range retryRun {
+		attempt(th, false, Overload)
+	}
+	if th.RetryAllowed() {
+		t.Errorf("RetryAllowed true after %d failures in a row", retryRun)
+	}
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if !th.Down() || th.RetryAllowed() {
+		t.Error("RetryAllowed true on a down target")
+	}
+	if s := th.Stats(); s.RetriesRefused != 0 {
+		t.Errorf("RetryAllowed counted refusals: %+v", s)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -114,8 +115,10 @@ type call struct {
 	key     string // of the budget and breaker
 	lim     budget.Limiter
 	brk     *breaker.Breaker
-	max     int // attempts allowed for this call, after the tier policy
-	attempt int // attempts made so far
+	thr     *adaptive.Throttle // WithAdaptive
+	tp      adaptive.Permit    // of the attempt in flight
+	max     int                // attempts allowed for this call, after the tier policy
+	attempt int                // attempts made so far
 	prev    time.Duration
 	last    error
 	started time.Time // of the current attempt, when observed
@@ -152,6 +155,7 @@ func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 	if cfg.breakers != nil {
 		c.brk = cfg.breakers.Get(c.key)
 	}
+	c.initAdaptive()
 	if c.lim != nil {
 		c.lim.RecordRequest()
 	}
@@ -160,6 +164,9 @@ func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 // admit asks the breaker whether the next attempt may go out. On refusal
 // it returns the call's final error.
 func (c *call) admit() (breaker.Permit, error) {
+	if err := c.admitAdaptive(); err != nil {
+		return breaker.Permit{}, err
+	}
 	if c.brk == nil {
 		return breaker.Permit{}, nil
 	}
@@ -238,6 +245,7 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	dontRetry := err != nil && hasPB && pb < 0
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && c.timedOut) || (dontRetry && c.retryable(code))
+	c.settleAdaptive(err, code, failure, dontRetry, callerDone)
 	switch {
 	case callerDone && err != nil:
 		permit.Done(breaker.Ignored)
@@ -296,6 +304,9 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 	// call, not this retry, becomes the probe.)
 	if c.brk != nil && c.brk.State() == breaker.Open {
 		return -1, c.stop(StopBreakerOpen)
+	}
+	if c.adaptiveRefusesRetry() {
+		return -1, c.stop(StopThrottled)
 	}
 	// The budget is asked before the wait, so that a refusal reaches the
 	// user at once. A retry that then never goes out (the caller cancels,

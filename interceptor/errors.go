@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -39,6 +40,9 @@ const (
 	// StopCommitted: a stream failed after it committed (a response had
 	// arrived), when it can no longer be retried.
 	StopCommitted
+	// StopThrottled: the adaptive throttle refused the attempt (shed,
+	// target down, or a retry into a target that is not healthy).
+	StopThrottled
 )
 
 var stopReasonNames = map[StopReason]string{
@@ -51,6 +55,7 @@ var stopReasonNames = map[StopReason]string{
 	StopDeadline:     "deadline too close to retry",
 	StopCanceled:     "caller's context done",
 	StopCommitted:    "stream already committed",
+	StopThrottled:    "adaptive throttle refused",
 }
 
 func (r StopReason) String() string {
@@ -94,6 +99,8 @@ func newError(last error, attempts int, reason StopReason, target string) *Error
 		e.cause = breaker.ErrOpen
 	case StopBudget:
 		e.cause = budget.ErrRefused
+	case StopThrottled:
+		e.cause = adaptive.ErrThrottled
 	}
 	p := &spb.Status{Code: int32(codes.Unavailable)}
 	if last != nil {

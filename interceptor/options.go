@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -43,6 +44,7 @@ type config struct {
 	policy            TierPolicy
 	limiters          *limiterSet
 	breakers          *breaker.Set
+	throttles         *adaptive.Set
 	perMethod         bool
 	untrusted         bool
 	replayLimit       int

@@ -376,6 +376,9 @@ func (s *sim) answer(e *event) {
 	if g.Breaker != nil && g.Breaker.State() == breaker.Open {
 		return
 	}
+	if g.Throttle != nil && !g.Throttle.RetryAllowed() {
+		return
+	}
 	if g.Budget != nil && !g.Budget.TryRetry() {
 		return
 	}
