@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stormguard/stormguard/internal/clock"
@@ -97,6 +98,12 @@ type Throttle struct {
 	width int64 // nanoseconds per bucket
 	rand  func() float64
 
+	// word is gen<<1 | 1 while Allow may pass every attempt without a
+	// look at the window: the target is up, not failing in a run, and the
+	// shedding probability was zero at the last outcome. Written under mu.
+	word atomic.Uint64
+	_    [56]byte
+
 	mu sync.Mutex
 	// Guarded by mu.
 	buckets    [numBuckets]bucket
@@ -121,12 +128,11 @@ type Stats struct {
 	// Probability is the shedding probability computed by the last Allow
 	// while the target was up.
 	Probability float64
-	// Allowed counts attempts let through, probes included; Shed counts
-	// requests refused by the proportional rule, RetriesRefused retries
-	// refused because the target was not healthy, Refused requests
-	// refused while the target was down, and Probes the attempts let
-	// through while it was down.
-	Allowed, Shed, RetriesRefused, Refused, Probes int64
+	// Shed counts requests refused by the proportional rule,
+	// RetriesRefused retries refused because the target was not healthy,
+	// Refused requests refused while the target was down, and Probes the
+	// attempts let through while it was down.
+	Shed, RetriesRefused, Refused, Probes int64
 	// Downs counts the times the target was marked down.
 	Downs int64
 }
@@ -151,7 +157,21 @@ func newThrottle(cfg Config) *Throttle {
 	}
 	_, t.mono = t.clk.(clock.Real)
 	t.start = t.clk.Now()
+	t.word.Store(1)
 	return t
+}
+
+// publish sets word from the state at el. t.mu is held.
+func (t *Throttle) publish(el int64) {
+	t.p = 0
+	if !t.down {
+		t.p = t.probability(el)
+	}
+	w := t.gen << 1
+	if !t.down && t.run < retryRun && t.p == 0 {
+		w |= 1
+	}
+	t.word.Store(w)
 }
 
 // Name returns the Config's Name.
@@ -196,14 +216,18 @@ func (p Permit) Probe() bool { return p.probe }
 // called once with the outcome (an unreported Permit costs nothing but
 // the information).
 func (t *Throttle) Allow(retry bool) (Permit, error) {
+	if w := t.word.Load(); w&1 == 1 {
+		// The common case, a healthy target: no lock, no clock.
+		return Permit{t: t, gen: w >> 1}, nil
+	}
 	u := t.draw()
 	el := t.elapsed()
 	t.mu.Lock()
 	if t.down {
 		return t.allowDown(el, u, retry)
 	}
-	p := t.probability(el)
-	t.p = p
+	t.publish(el)
+	p := t.p
 	if retry && (t.run >= retryRun || p > 0) {
 		t.stats.RetriesRefused++
 		t.mu.Unlock()
@@ -218,7 +242,6 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 		t.mu.Unlock()
 		return Permit{}, ErrThrottled
 	}
-	t.stats.Allowed++
 	gen := t.gen
 	t.mu.Unlock()
 	return Permit{t: t, gen: gen}, nil
@@ -268,7 +291,6 @@ func (t *Throttle) allowDown(el int64, u float64, retry bool) (Permit, error) {
 	t.credit = max(t.credit-1, 0)
 	t.nextProbe = el + t.probeGap(u)
 	t.stats.Probes++
-	t.stats.Allowed++
 	gen := t.gen
 	t.mu.Unlock()
 	return Permit{t: t, gen: gen, probe: true}, nil
@@ -334,6 +356,11 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 		}
 	}
 	down := t.down
+	if o == Overload || changed || t.word.Load()&1 == 0 {
+		// An accept on a healthy target changes nothing that word
+		// shows: it only lowers p (by K-1) and ends no state.
+		t.publish(el)
+	}
 	t.mu.Unlock()
 	if changed && t.cfg.OnDown != nil {
 		t.cfg.OnDown(t.cfg.Name, down)
@@ -361,6 +388,7 @@ func (t *Throttle) Revive() {
 	if changed {
 		t.setUp()
 		t.accepted, t.lastAccept = true, el
+		t.publish(el)
 	}
 	t.mu.Unlock()
 	if changed && t.cfg.OnDown != nil {
