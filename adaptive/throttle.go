@@ -118,6 +118,7 @@ type Throttle struct {
 	credit     float64
 	nextProbe  int64
 	p          float64 // the last shedding probability computed
+	broken     bool    // the connection was seen not ready, and not ready since
 	stats      Stats
 }
 
@@ -369,7 +370,7 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 
 // setUp ends the down state with an empty window. t.mu is held.
 func (t *Throttle) setUp() {
-	t.down = false
+	t.down, t.broken = false, false
 	t.gen++
 	t.run = 0
 	t.p = 0
@@ -394,6 +395,28 @@ func (t *Throttle) Revive() {
 	if changed && t.cfg.OnDown != nil {
 		t.cfg.OnDown(t.cfg.Name, false)
 	}
+}
+
+// Connectivity reports the state of the connection to the target, for a
+// caller that can see it (a gRPC channel's connectivity state): ready
+// false while it is not connected, true when it is. A connection seen not
+// ready (before or after the target went down) and then ready again while
+// the target is down revives it (see Revive) without waiting for a probe:
+// its process accepts connections again. A connection that stays ready
+// says nothing (the target answers, with errors), and changes nothing.
+func (t *Throttle) Connectivity(ready bool) {
+	t.mu.Lock()
+	switch {
+	case !ready:
+		t.broken = true
+	case !t.down:
+		t.broken = false
+	case t.broken:
+		t.mu.Unlock()
+		t.Revive()
+		return
+	}
+	t.mu.Unlock()
 }
 
 // Down reports whether the target is down.

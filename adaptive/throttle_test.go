@@ -415,3 +415,35 @@ func TestRetryAllowed(t *testing.T) {
 		t.Errorf("RetryAllowed counted refusals: %+v", s)
 	}
 }
+
+// A connection seen broken and then ready while the target is down
+// revives it; one that stays ready does not.
+func TestConnectivity(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false) // broken before the failure that marks it down
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	th.Connectivity(false)
+	if !th.Down() {
+		t.Fatal("revived by a broken connection")
+	}
+	th.Connectivity(true)
+	if th.Down() {
+		t.Fatal("not revived when the connection came back")
+	}
+	// A connection that stays ready says nothing, and the next outage
+	// has no memory of the last broken state.
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down the second time")
+	}
+	th.Connectivity(true)
+	if !th.Down() {
+		t.Fatal("revived by a connection that never broke")
+	}
+}

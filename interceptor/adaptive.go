@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/stormguard/stormguard/adaptive"
 )
@@ -13,7 +14,8 @@ import (
 // from set (see adaptive.Throttle): requests are shed in proportion to
 // what the target accepts, retries go only to a healthy target, and a
 // target that has accepted nothing for 50 ms while failing is down: only
-// a few jittered probes reach it until one is answered. A refused attempt
+// a few jittered probes reach it until one is answered, or until its
+// channel, seen not ready meanwhile, is ready again. A refused attempt
 // fails the call at once with codes.Unavailable (or, for a retry, the last
 // attempt's code) and the "do not retry" mark. Nil turns it off. Client
 // side.
@@ -60,6 +62,11 @@ func (i *Interceptors) RangeThrottles(f func(target string, t *adaptive.Throttle
 	}
 }
 
+// connState is what the throttle reads of the call's channel.
+type connState interface {
+	GetState() connectivity.State
+}
+
 // initAdaptive finds the call's throttle.
 func (c *call) initAdaptive() {
 	if c.cfg.throttles != nil {
@@ -74,6 +81,14 @@ func (c *call) admitAdaptive() error {
 		return nil
 	}
 	p, err := c.thr.Allow(c.attempt > 0)
+	if errors.Is(err, adaptive.ErrDown) && c.conn != nil {
+		// A channel that broke while the target was down and is ready
+		// again revives it without waiting for a probe.
+		c.thr.Connectivity(c.conn.GetState() == connectivity.Ready)
+		if !c.thr.Down() {
+			p, err = c.thr.Allow(c.attempt > 0)
+		}
+	}
 	if err != nil {
 		if c.cfg.observer != nil {
 			c.observe(Event{Kind: EventThrottled, Attempt: c.attempt, Probability: c.thr.Stats().Probability})
@@ -96,6 +111,9 @@ func (c *call) adaptiveRefusesRetry() bool {
 // settleAdaptive reports the attempt that ended with err to the throttle:
 // see WithAdaptive for what counts as overload.
 func (c *call) settleAdaptive(err error, code codes.Code, failure, dontRetry, callerDone bool) {
+	if c.thr == nil {
+		return
+	}
 	p := c.tp
 	c.tp = adaptive.Permit{}
 	switch {
@@ -105,6 +123,11 @@ func (c *call) settleAdaptive(err error, code codes.Code, failure, dontRetry, ca
 		}
 	case dontRetry:
 	case failure:
+		if c.conn != nil {
+			// A failure with the channel broken: its coming back will
+			// say that the target is back.
+			c.thr.Connectivity(c.conn.GetState() == connectivity.Ready)
+		}
 		p.Done(adaptive.Overload)
 	default:
 		p.Done(adaptive.Accept)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/adaptive"
@@ -184,5 +185,47 @@ func TestAdaptiveSilentAtRandomFailures(t *testing.T) {
 	}
 	if s := set.Get(cc.Target()).Stats(); s.Shed+s.RetriesRefused+s.Refused != 0 {
 		t.Errorf("refusals at 30 %% random failures: %+v", s)
+	}
+}
+
+type fakeConn struct{ state connectivity.State }
+
+func (f *fakeConn) GetState() connectivity.State { return f.state }
+
+// A channel that broke while the target was down and is ready again lets
+// the next call through without a probe.
+func TestAdaptiveRevivedByReadyChannel(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	cfg, err := newConfig([]Option{WithAdaptive(set)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := set.Get("payment")
+	p, _ := th.Allow(false)
+	p.Done(adaptive.Accept)
+	clk.Advance(time.Second)
+	p, _ = th.Allow(false)
+	p.Done(adaptive.Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	conn := &fakeConn{state: connectivity.TransientFailure}
+	newCall := func() *call {
+		c := &call{}
+		c.init(ctxTimeout(t, time.Minute), &cfg, "payment", "/svc/M")
+		c.conn = conn
+		return c
+	}
+	if err := newCall().admitAdaptive(); !errors.Is(err, adaptive.ErrThrottled) {
+		t.Fatalf("admit with the channel broken: got %v, want refused", err)
+	}
+	conn.state = connectivity.Ready
+	c := newCall()
+	if err := c.admitAdaptive(); err != nil {
+		t.Fatalf("admit with the channel ready again: %v", err)
+	}
+	if th.Down() || c.tp.Probe() {
+		t.Errorf("down %v, probe %v after the channel came back: want up, not a probe", th.Down(), c.tp.Probe())
 	}
 }

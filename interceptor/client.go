@@ -81,6 +81,7 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	opts = append(append(u.optsBuf[:0], opts...), &u.opt)
 	c := &u.call
 	c.init(ctx, cfg, cc.Target(), method)
+	c.conn = cc
 	for {
 		permit, err := c.admit()
 		if err != nil {
@@ -116,6 +117,7 @@ type call struct {
 	lim     budget.Limiter
 	brk     *breaker.Breaker
 	thr     *adaptive.Throttle // WithAdaptive
+	conn    connState          // the call's channel, for the throttle
 	tp      adaptive.Permit    // of the attempt in flight
 	max     int                // attempts allowed for this call, after the tier policy
 	attempt int                // attempts made so far

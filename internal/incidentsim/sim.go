@@ -35,6 +35,12 @@ type Fault struct {
 	From, To time.Duration
 	Kind     FaultKind
 	Value    float64
+	// Restart: the outage is a restart of payment's process, so every
+	// replica's connection breaks at From and is ready again at its
+	// first reconnect attempt after To, on grpc-go's default connection
+	// backoff (1 s, growing 1.6 times, +-20 % jitter, at most 120 s). The
+	// throttle is told (Throttle.Connectivity) before each attempt.
+	Restart bool
 }
 
 // Scenario is one simulated incident.
@@ -175,6 +181,7 @@ func (q *queue) Pop() any {
 
 type request struct {
 	g        *Guard
+	replica  int
 	arrived  time.Duration
 	deadline time.Duration
 	attempts int
@@ -194,6 +201,18 @@ type sim struct {
 	res    Result
 	tokens float64 // payment's capacity bucket
 	tokAt  time.Duration
+	ready  []time.Duration // per replica, after a Restart fault
+}
+
+// reconnect returns when a connection that broke at from, to a server
+// back at to, is ready again: grpc-go's default backoff.
+func reconnect(from, to time.Duration, rnd func() float64) time.Duration {
+	t, d := from, time.Second
+	for t < to {
+		t += time.Duration(float64(d) * (0.8 + 0.4*rnd()))
+		d = min(time.Duration(float64(d)*1.6), 120*time.Second)
+	}
+	return t
 }
 
 // Run simulates sc with st and returns the result by slices of width.
@@ -218,15 +237,26 @@ func Run(sc Scenario, st Stack, width time.Duration) (*Result, error) {
 		s.res.Slices[i].Start = time.Duration(i) * width
 	}
 	guards := make([]Guard, sc.Replicas)
+	ready := make([]time.Duration, sc.Replicas)
 	for i := range guards {
 		g, err := st.New(s.clk, s.rng.Float64)
 		if err != nil {
 			return nil, fmt.Errorf("stack %s: %w", st.Name, err)
 		}
 		guards[i] = g
+		for _, f := range sc.Faults {
+			if f.Restart {
+				ready[i] = reconnect(f.From, f.To, s.rng.Float64)
+			}
+		}
+	}
+	s.ready = ready
+	arrive := func(t time.Duration) {
+		i := s.rng.IntN(len(guards))
+		s.push(&event{at: t, kind: evArrive, req: &request{g: &guards[i], replica: i, arrived: t, deadline: t + sc.Deadline}})
 	}
 	for _, t := range sc.Arrivals {
-		s.push(&event{at: t, kind: evArrive, req: &request{g: &guards[s.rng.IntN(len(guards))], arrived: t, deadline: t + sc.Deadline}})
+		arrive(t)
 	}
 	// Poisson arrivals, each to a replica chosen at random.
 	for t := time.Duration(0); sc.Arrivals == nil; {
@@ -234,7 +264,7 @@ func Run(sc Scenario, st Stack, width time.Duration) (*Result, error) {
 		if t >= sc.Duration {
 			break
 		}
-		s.push(&event{at: t, kind: evArrive, req: &request{g: &guards[s.rng.IntN(len(guards))], arrived: t, deadline: t + sc.Deadline}})
+		arrive(t)
 	}
 	for s.q.Len() > 0 {
 		e := heap.Pop(&s.q).(*event)
@@ -291,6 +321,11 @@ func (s *sim) attempt(t time.Duration, r *request) {
 			return
 		}
 		r.bp = p
+	}
+	if g.Throttle != nil && s.ready != nil {
+		f, ok := s.fault(t)
+		broken := ok && f.Restart || t < s.ready[r.replica] && s.restarted(t)
+		g.Throttle.Connectivity(!broken)
 	}
 	if g.Throttle != nil {
 		p, err := g.Throttle.Allow(r.attempts > 0)
@@ -384,4 +419,14 @@ func (s *sim) answer(e *event) {
 	}
 	r.prev = wait
 	s.push(&event{at: t + wait, kind: evAttempt, req: r})
+}
+
+// restarted reports whether a Restart fault ended before t.
+func (s *sim) restarted(t time.Duration) bool {
+	for _, f := range s.sc.Faults {
+		if f.Restart && t >= f.To {
+			return true
+		}
+	}
+	return false
 }

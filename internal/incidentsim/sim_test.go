@@ -116,3 +116,24 @@ func TestReport(t *testing.T) {
 		t.Errorf("fleet table without the 1000 row:\n%s", b.String())
 	}
 }
+
+// The fleet of 1000 replicas at 1 req/s each stays within 0.05 of the
+// floor of one call per replica, and a restart whose channels reconnect
+// brings it back within grpc-go's reconnect backoff instead of the ~20
+// requests each replica needs for a probe.
+func TestFleet(t *testing.T) {
+	st := stack(t, "adaptive+budget")
+	sc := Fleet(1000, 10*s, 1)
+	r := run(t, sc, st)
+	w := r.Window(3*s, 7*s)
+	if floor := 1000 / float64(w.Users); w.CallsPerRequest() > floor+0.05 {
+		t.Errorf("1000 replicas: %.3f calls/req, want <= floor %.3f + 0.05", w.CallsPerRequest(), floor)
+	}
+	if got := r.Recovery(7*s, 17*s); got >= 0 {
+		t.Errorf("1000 replicas, probes only: 99 %% after %v, want not within 10 s (1 probe per 20 requests)", got)
+	}
+	sc.Faults[0].Restart = true
+	if got := run(t, sc, st).Recovery(7*s, 17*s); got < 0 || got > 5*s {
+		t.Errorf("1000 replicas, restart: 99 %% after %v, want within 5 s", got)
+	}
+}
