@@ -63,11 +63,14 @@
 // request per second adds up to a small fraction of the fleet's load at a
 // dead target, not a thousand probes per second. The price is that such a
 // replica learns slowly that the target is back (about 1/ProbeRatio
-// requests); call Revive when the connection to the target becomes ready
-// again, or when an answer carries the target's state, to end the down
-// state without waiting for a probe.
+// requests). Two signals end the down state without probe load:
+// Connectivity, fed with the channel's state (a connection that broke and
+// is ready again: the target's process is back), and Revive, for anything
+// else that says so (an answer that carries the target's state, a health
+// watch).
 //
 // Every Throttle has its own clock and random source (Config.Clock,
-// Config.Rand), so tests drive it exactly. Allow and Permit.Done take one
-// mutex for a few dozen nanoseconds and allocate nothing.
+// Config.Rand), so tests drive it exactly. On a healthy target Allow is
+// one atomic load, and Permit.Done one short mutex section; nothing
+// allocates.
 package adaptive

@@ -62,7 +62,29 @@ func incidents(w io.Writer, stacks []bench.Stack, seed uint64, only *regexp.Rege
 			row = append(row, fmt.Sprintf("%s / %s", pct(first.Samples.Success()), f3(first.PerRequest())))
 		}
 		t.row(row...)
+		row = []any{"time to 99 % after the end"}
+		for _, r := range res {
+			row = append(row, backIn(r.AfterSample, r.End, r.End+ip.After))
+		}
+		t.row(row...)
 		t.write(w)
 	}
+	fmt.Fprintf(w, "Time to 99 %%: from the end of the incident to the end of the last 25 ms slice (by request start) with less than 99 %% success before the load ends.\n\n")
 	return nil
+}
+
+// backIn returns the time from end to the end of the last 25 ms slice of
+// s, before until, with less than 99 % success.
+func backIn(s bench.Samples, end, until time.Duration) string {
+	const slice = 25 * time.Millisecond
+	last := time.Duration(0)
+	for from := end; from+slice <= until; from += slice {
+		if b := s.Between(from, from+slice); len(b) > 0 && b.Success() < 0.99 {
+			last = from + slice - end
+		}
+	}
+	if last >= until-end-slice {
+		return "> " + ms(until-end)
+	}
+	return ms(last)
 }
