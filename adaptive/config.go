@@ -45,8 +45,8 @@ type Config struct {
 
 	// DownAfter is the silence that makes a target down: an overload
 	// failure that comes when the last accept is at least DownAfter old
-	// (or none ever came in the throttle's first DownAfter) marks the
-	// target down. Zero means DefaultDownAfter (50 ms). Valid: positive
+	// (or, if none ever came, at least three overload failures over
+	// DownAfter) marks the target down. Zero means DefaultDownAfter (50 ms). Valid: positive
 	// up to Window.
 	DownAfter time.Duration
 

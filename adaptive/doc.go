@@ -39,7 +39,8 @@
 //     throttle does not replace it.)
 //  3. Down detection by silence, not by volume. An overload failure that
 //     arrives when the target has accepted nothing for Config.DownAfter
-//     (50 ms; from a cold start, when the failures have lasted that long)
+//     (50 ms; from a cold start, when three or more failures have lasted
+//     that long)
 //     marks it down at once, whatever the window holds. At 1000
 //     requests/s that is about fifty failed requests into an outage; at 1
 //     request/s it is the first failure. At 30 % random failures, or

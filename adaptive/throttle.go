@@ -75,6 +75,10 @@ const (
 	// minFresh accepts since the last overload failure, DownAfter apart
 	// from it, clear the window.
 	minFresh = 3
+	// minColdRun failures, DownAfter apart from the first, mark a target
+	// that never accepted anything down: so that one call's three
+	// attempts all go out, whatever their backoff.
+	minColdRun = 3
 )
 
 type bucket struct {
@@ -347,7 +351,7 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 		if t.accepted {
 			since = t.lastAccept
 		}
-		if el-since >= int64(t.cfg.DownAfter) {
+		if el-since >= int64(t.cfg.DownAfter) && (t.accepted || t.run >= minColdRun) {
 			t.down = true
 			t.gen++
 			t.credit = 0

@@ -447,3 +447,20 @@ func TestConnectivity(t *testing.T) {
 		t.Fatal("revived by a connection that never broke")
 	}
 }
+
+// From a cold start two failures never mark the target down, however far
+// apart: one call's third attempt always goes out.
+func TestColdStartNeedsThreeFailures(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Overload)
+	clk.Advance(time.Second)
+	if !attempt(th, true, Overload) || th.Down() {
+		t.Fatal("down after two failures from a cold start")
+	}
+	if !attempt(th, true, Overload) {
+		t.Fatal("third attempt refused")
+	}
+	if !th.Down() {
+		t.Fatal("not down after three failures over a second from a cold start")
+	}
+}
