@@ -3,16 +3,19 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/internal/clock"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
 // recorder is an Observer that keeps the events.
@@ -227,5 +230,52 @@ func TestAdaptiveRevivedByReadyChannel(t *testing.T) {
 	}
 	if th.Down() || c.tp.Probe() {
 		t.Errorf("down %v, probe %v after the channel came back: want up, not a probe", th.Down(), c.tp.Probe())
+	}
+}
+
+// Streams pass the same throttle: a down target refuses a stream without
+// opening it, and a probe stream that completes brings the target back.
+func TestAdaptiveStream(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	cc := newCC(t)
+	th := set.Get(cc.Target())
+	p, _ := th.Allow(false)
+	p.Done(adaptive.Accept)
+	clk.Advance(time.Second)
+	p, _ = th.Allow(false)
+	p.Done(adaptive.Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	i := mustNew(t, WithAdaptive(set))
+	fs := &fakeStreamer{plans: []plan{{mode: "ok"}}}
+	ctx := ctxTimeout(t, 10*time.Second)
+	if _, err := i.StreamClient()(ctx, bidiDesc, cc, "/svc/Bidi", fs.streamer); !errors.Is(err, adaptive.ErrThrottled) {
+		t.Fatalf("stream to a down target: got %v, want ErrThrottled", err)
+	}
+	if len(fs.attempts) != 0 {
+		t.Fatalf("streams opened at a down target: %d, want 0", len(fs.attempts))
+	}
+	clk.Advance(50 * time.Millisecond)
+	var cs grpc.ClientStream
+	for n := 0; cs == nil && n < 30; n++ {
+		cs, _ = i.StreamClient()(ctx, bidiDesc, cc, "/svc/Bidi", fs.streamer)
+	}
+	if cs == nil {
+		t.Fatal("no probe stream in 30 tries")
+	}
+	if err := cs.SendMsg(&testsvcv1.BidiRequest{Id: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.RecvMsg(&testsvcv1.BidiResponse{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.CloseSend()
+	if err := cs.RecvMsg(&testsvcv1.BidiResponse{}); !errors.Is(err, io.EOF) {
+		t.Fatalf("end: got %v, want io.EOF", err)
+	}
+	if th.Down() {
+		t.Error("still down after a probe stream completed")
 	}
 }
