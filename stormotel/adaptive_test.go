@@ -48,7 +48,7 @@ func TestAdaptiveMetrics(t *testing.T) {
 	check("a up", map[string]string{prob: "0", down: "0"})
 
 	p, _ := a.Allow(false)
-	p.Done(adaptive.Overload)
+	p.Done(adaptive.Accept)
 	fc.Advance(time.Second)
 	p, _ = a.Allow(false)
 	p.Done(adaptive.Overload)
