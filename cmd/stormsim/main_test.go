@@ -39,6 +39,7 @@ func TestSingleRequest(t *testing.T) {
 		"budget":     {3, 9, 27}, // the budget's floor lets one request retry fully
 		"tiered":     {1, 1, 3},
 		"stormguard": {1, 1, 3},
+		"adaptive":   {1, 1, 3}, // cold: three failures before payment is down
 	}
 	rs, err := simulate(ctxT(t, 60*time.Second), tiny, modes, noProgress{})
 	if err != nil {
@@ -71,7 +72,7 @@ func TestSingleRequest(t *testing.T) {
 			if r.Sustained.Amplification != 27 {
 				t.Errorf("naive: %v calls at payment per request, want 27", r.Sustained.Amplification)
 			}
-		case "tiered", "stormguard":
+		case "tiered", "stormguard", "adaptive":
 			if r.Sustained.Amplification > 3 {
 				t.Errorf("%s: %v calls at payment per request, want <= 3", r.Mode, r.Sustained.Amplification)
 			}
