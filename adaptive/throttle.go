@@ -130,8 +130,9 @@ type Throttle struct {
 type Stats struct {
 	// Down reports whether the target is down now.
 	Down bool
-	// Probability is the shedding probability computed by the last Allow
-	// while the target was up.
+	// Probability is the shedding probability as of the last outcome (or
+	// the last Allow that looked at the window); 1 while the target is
+	// down.
 	Probability float64
 	// Shed counts requests refused by the proportional rule,
 	// RetriesRefused retries refused because the target was not healthy,
