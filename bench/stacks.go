@@ -6,6 +6,7 @@ import (
 	"time"
 
 	fsgo "github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/adaptivethrottler"
 	fsbudget "github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/failsafegrpc"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/interceptor"
@@ -182,6 +184,23 @@ func Stacks() []Stack {
 			},
 		},
 		{
+			Name: "stormguard-adaptive", Streams: true,
+			Desc:  "stormguard's recommended configuration: WithAdaptive(adaptive.NewSet(adaptive.Config{}, 0)) (proportional shedding K 3 over 1 s, down after 50 ms without an accept, probes 5 % / 50 ms) and WithBudget(budget.Config{}), no breaker, on every hop; server interceptors on every tier",
+			build: func(*Opens) (testsvc.Config, error) { return stormguardAdaptiveConfig() },
+		},
+		{
+			Name: "failsafe-adaptive",
+			Desc: "failsafe-go v0.9.8 failsafegrpc: retry policy as failsafe-budget with budget.New(), around adaptivethrottler.NewWithDefaults (its rejection rate from the failure rate over its default window), per hop",
+			build: func(*Opens) (testsvc.Config, error) {
+				return testsvc.Config{DialOptions: func(int) []grpc.DialOption {
+					rp := failsafeRetry().WithBudget(fsbudget.New()).Build()
+					at := adaptivethrottler.NewBuilder[any]().HandleIf(retryableGRPC).Build()
+					ex := fsgo.With[any](rp, at)
+					return []grpc.DialOption{grpc.WithChainUnaryInterceptor(failsafegrpc.NewUnaryClientInterceptorWithExecutor(ex))}
+				}}, nil
+			},
+		},
+		{
 			Name: "stormguard-throttle", Streams: true, HasBreaker: true,
 			Desc: "stormguard with WithThrottle(budget.ThrottleConfig{}) (gRFC A6, 10 / 0.1) instead of the budget, plus the breaker",
 			build: func(opens *Opens) (testsvc.Config, error) {
@@ -229,6 +248,26 @@ func stormguardConfig(opens *Opens, limiter func() interceptor.Option) (testsvc.
 			// interceptor.DialOptions fails every call if the options
 			// were invalid; they were validated above.
 			return interceptor.DialOptions(limiter(), interceptor.WithBreaker(set))
+		},
+		ServerOptions: func(int) []grpc.ServerOption { return srv.ServerOptions() },
+	}, nil
+}
+
+// stormguardAdaptiveConfig installs the recommended configuration on every
+// hop: a fresh adaptive throttle set and budget per hop, the server
+// interceptors on every tier.
+func stormguardAdaptiveConfig() (testsvc.Config, error) {
+	if _, err := adaptive.NewSet(adaptive.Config{}, 0); err != nil {
+		return testsvc.Config{}, err
+	}
+	srv, err := interceptor.New()
+	if err != nil {
+		return testsvc.Config{}, err
+	}
+	return testsvc.Config{
+		DialOptions: func(int) []grpc.DialOption {
+			set, _ := adaptive.NewSet(adaptive.Config{}, 0) // validated above
+			return interceptor.DialOptions(interceptor.WithAdaptive(set), interceptor.WithBudget(budget.Config{}))
 		},
 		ServerOptions: func(int) []grpc.ServerOption { return srv.ServerOptions() },
 	}, nil

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -73,8 +74,11 @@ type call struct {
 	key     string // of the budget and breaker
 	lim     budget.Limiter
 	brk     *breaker.Breaker
-	max     int // attempts allowed for this call, after the tier policy
-	attempt int // attempts made so far
+	thr     *adaptive.Throttle // WithAdaptive
+	conn    connState          // the call's channel, for the throttle
+	tp      adaptive.Permit    // of the attempt in flight
+	max     int                // attempts allowed for this call, after the tier policy
+	attempt int                // attempts made so far
 	prev    time.Duration
 	last    error
 	started time.Time // of the current attempt, when observed
@@ -119,11 +123,15 @@ func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 	if cfg.breakers != nil {
 		c.brk = cfg.breakers.Get(c.key)
 	}
+	c.initAdaptive()
 }
 
 // admit asks the breaker whether the next attempt may go out. On refusal
 // it returns the call's final error.
 func (c *call) admit() (breaker.Permit, error) {
+	if err := c.admitAdaptive(); err != nil {
+		return breaker.Permit{}, err
+	}
 	if c.brk == nil {
 		return breaker.Permit{}, nil
 	}
@@ -212,12 +220,20 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	dontRetry := err != nil && hasPB && pb < 0
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && c.timedOut) || (dontRetry && c.retryable(code))
+	ignored := false
 	if err != nil && c.ctx.Err() != nil {
-		if !c.hung() {
-			permit.Done(breaker.Ignored)
-			return pb, hasPB
+		// The caller's context ended: a hang until its deadline is the
+		// target's failure; a caller that cancelled says nothing.
+		if c.hung() {
+			failure = true
+		} else {
+			ignored = true
 		}
-		failure = true
+	}
+	c.settleAdaptive(err, failure, dontRetry, ignored)
+	if ignored {
+		permit.Done(breaker.Ignored)
+		return pb, hasPB
 	}
 	switch {
 	case dontRetry && permit.Probe():
@@ -282,6 +298,9 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 	// call, not this retry, becomes the probe.)
 	if c.brk != nil && c.brk.State() == breaker.Open {
 		return -1, c.stop(StopBreakerOpen)
+	}
+	if c.adaptiveRefusesRetry() {
+		return -1, c.stop(StopThrottled)
 	}
 	// The budget is asked before the wait, so that a refusal reaches the
 	// user at once. A retry that then never goes out (the caller cancels,

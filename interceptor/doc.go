@@ -31,6 +31,13 @@
 //   - A circuit breaker per target (WithBreaker): when payment is really
 //     down, calls fail fast with codes.Unavailable and payment's load drops
 //     to near zero.
+//   - An adaptive throttle per target (WithAdaptive, package adaptive), the
+//     recommended protection with the budget: it sheds in proportion to
+//     what payment accepts (never refusing capacity that exists), stops
+//     retries into a failing target at once, marks payment down 50 ms after
+//     its last accept whatever came before, and probes a little, often,
+//     closing on the first answer, so users are back within a probe gap of
+//     payment.
 //
 // # Trade-offs
 //

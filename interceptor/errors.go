@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -40,6 +41,9 @@ const (
 	// replay buffer or its Context was taken), when it can no longer be
 	// retried.
 	StopCommitted
+	// StopThrottled: the adaptive throttle refused the attempt (shed,
+	// target down, or a retry into a target that is not healthy).
+	StopThrottled
 )
 
 var stopReasonNames = map[StopReason]string{
@@ -52,6 +56,7 @@ var stopReasonNames = map[StopReason]string{
 	StopDeadline:     "deadline too close to retry",
 	StopCanceled:     "caller's context done",
 	StopCommitted:    "call already committed",
+	StopThrottled:    "adaptive throttle refused",
 }
 
 func (r StopReason) String() string {
@@ -118,6 +123,8 @@ func newError(last error, attempts int, reason StopReason, _ string) *Error {
 		e.cause = breaker.ErrOpen
 	case StopBudget:
 		e.cause = budget.ErrRefused
+	case StopThrottled:
+		e.cause = adaptive.ErrThrottled
 	}
 	if last != nil {
 		e.st = status.Convert(last)

@@ -21,7 +21,7 @@ func TestLimiterSetBounded(t *testing.T) {
 		}
 	}
 	call(hot)
-	first := i.client.cfg.limiters.get(methodKey(cc.Target(), hot))
+	first := i.client.cfg.limiters.get(methodKey(normalizeTarget(cc.Target()), hot))
 	for n := range 5000 {
 		call(fmt.Sprintf("/svc/M%d", n))
 		call(hot)
@@ -29,7 +29,7 @@ func TestLimiterSetBounded(t *testing.T) {
 	if got := i.client.cfg.limiters.len(); got > maxLimiterKeys {
 		t.Fatalf("limiters kept: got %d, want at most %d", got, maxLimiterKeys)
 	}
-	if got := i.client.cfg.limiters.get(methodKey(cc.Target(), hot)); got != first {
+	if got := i.client.cfg.limiters.get(methodKey(normalizeTarget(cc.Target()), hot)); got != first {
 		t.Fatalf("the limiter of a method used all along was evicted")
 	}
 }

@@ -50,6 +50,17 @@ const (
 	// Interceptors.UnaryClient). Method and Info as for
 	// EventRequestReceived.
 	EventStackedRetry
+	// EventThrottled: the adaptive throttle refused attempt Attempt;
+	// Probability is its shedding probability (1 while the target is
+	// down).
+	EventThrottled
+	// EventProbe: attempt Attempt goes to a down target as a probe.
+	EventProbe
+	// EventTargetDown, EventTargetUp: the adaptive throttle for Target
+	// marked it down or back up. They come from AdaptiveObserver, wired
+	// into adaptive.Config.OnDown.
+	EventTargetDown
+	EventTargetUp
 )
 
 var eventKindNames = map[EventKind]string{
@@ -61,6 +72,10 @@ var eventKindNames = map[EventKind]string{
 	EventPushbackSent:       "pushback_sent",
 	EventBreakerStateChange: "breaker_state_change",
 	EventStackedRetry:       "stacked_retry",
+	EventThrottled:          "throttled",
+	EventProbe:              "probe",
+	EventTargetDown:         "target_down",
+	EventTargetUp:           "target_up",
 }
 
 func (k EventKind) String() string {
@@ -95,6 +110,9 @@ type Event struct {
 	Info Info
 	// From and To are the breaker's states (EventBreakerStateChange).
 	From, To breaker.State
+	// Probability is the adaptive throttle's shedding probability
+	// (EventThrottled).
+	Probability float64
 }
 
 // Observer receives the interceptors' events, for metrics and logs. It is

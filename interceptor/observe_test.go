@@ -139,7 +139,7 @@ func TestOpenBreakerStopsBeforeScheduling(t *testing.T) {
 	err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke)
 	// New wires the observer into the breaker Set: the change is reported.
 	want := []string{"c attempt_end #0 Unavailable", "c attempt_start #0",
-		"c breaker_state_change passthrough:///payment closed->open", "c retry_refused circuit breaker open"}
+		"c breaker_state_change payment closed->open", "c retry_refused circuit breaker open"}
 	if got := log.sorted(); !slices.Equal(got, want) {
 		t.Fatalf("events: got %q, want %q", got, want)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -63,6 +64,7 @@ type config struct {
 	policy            TierPolicy
 	limiters          *limiterSet
 	breakers          *breaker.Set
+	throttles         *adaptive.Set
 	perMethod         bool
 	untrusted         bool
 	ignoreEnvoy       bool // see WithEnvoyAttemptCount

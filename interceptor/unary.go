@@ -35,6 +35,7 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
 	c := &u.call
 	c.init(ctx, cfg, cc.Target(), method)
+	c.conn = cc
 	for {
 		wait, err := u.attempt(method, req, reply, cc, invoker, opts)
 		if err != nil || wait < 0 {

@@ -60,6 +60,7 @@
 //	tier_policy   StopTierPolicy    the tier policy allows fewer attempts (by default: a tier above is retrying)
 //	pushback      StopPushback      the server answered "do not retry"
 //	deadline      StopDeadline      the caller's deadline ends before the retry could start
+//	throttled     StopThrottled     the adaptive throttle refused (shed, unhealthy target, or down; also the first attempt)
 //	committed     StopCommitted     a stream failed after its first response
 //	not_retryable, canceled, other  not reported by the interceptors today
 //

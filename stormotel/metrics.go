@@ -348,11 +348,12 @@ func (m *Metrics) attrs(target, fullMethod string) *methodAttrs {
 }
 
 // Reasons, as stormguard.reason values, indexed by reasonIndex.
-const numReasons = 10
+const numReasons = 11
 
 var reasonNames = [numReasons]string{
 	"other", "not_retryable", "attempts", "budget", "breaker_open",
 	"tier_policy", "pushback", "deadline", "canceled", "committed",
+	"throttled",
 }
 
 func reasonIndex(r interceptor.StopReason) int {
@@ -375,6 +376,8 @@ func reasonIndex(r interceptor.StopReason) int {
 		return 8
 	case interceptor.StopCommitted:
 		return 9
+	case interceptor.StopThrottled:
+		return 10
 	}
 	return 0
 }

@@ -45,6 +45,7 @@ func TestSingleRequest(t *testing.T) {
 		"budget":     {3, 9, 27}, // the budget's floor lets one request retry fully
 		"tiered":     {1, 1, 3},
 		"stormguard": {1, 1, 3},
+		"adaptive":   {1, 1, 3}, // cold: three failures before payment is down
 	}
 	rs, err := simulate(ctxT(t, 60*time.Second), tiny, modes, noProgress{})
 	if err != nil {
@@ -78,7 +79,7 @@ func TestSingleRequest(t *testing.T) {
 			if a := r.Sustained.Amplification; a > 27 || a <= 3 {
 				t.Errorf("naive: %v calls at payment per request, want within (3, 27]", a)
 			}
-		case "tiered", "stormguard":
+		case "tiered", "stormguard", "adaptive":
 			if r.Sustained.Amplification > 3 {
 				t.Errorf("%s: %v calls at payment per request, want <= 3", r.Mode, r.Sustained.Amplification)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"google.golang.org/grpc"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/interceptor"
@@ -72,6 +73,18 @@ var modes = []mode{
 			}
 			tm.trackBreakers(set)
 			return []interceptor.Option{interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set)}, nil
+		}),
+		server: stormguardServer,
+	},
+	{
+		name:  "adaptive",
+		about: "stormguard client and server with an adaptive throttle and a retry budget per hop, no breaker (the recommendation for incidents after healthy traffic, partial loss and recovery)",
+		dial: stormguardDial(func(*telemetry) ([]interceptor.Option, error) {
+			set, err := adaptive.NewSet(adaptive.Config{}, 0)
+			if err != nil {
+				return nil, err
+			}
+			return []interceptor.Option{interceptor.WithBudget(budget.Config{}), interceptor.WithAdaptive(set)}, nil
 		}),
 		server: stormguardServer,
 	},

@@ -1,0 +1,120 @@
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Defaults used for zero Config fields.
+const (
+	DefaultK             = 3.0
+	DefaultWindow        = time.Second
+	DefaultDownAfter     = 50 * time.Millisecond
+	DefaultProbeRatio    = 0.05
+	DefaultProbeInterval = 50 * time.Millisecond
+
+	// MinWindow and MaxWindow bound Config.Window.
+	MinWindow = 100 * time.Millisecond
+	MaxWindow = time.Minute
+)
+
+// ErrInvalidConfig is wrapped by every error New and NewSet return for a
+// bad Config; the message names the field.
+var ErrInvalidConfig = errors.New("adaptive: invalid config")
+
+// Config configures a Throttle. The zero value is a usable configuration
+// with the defaults listed on each field.
+type Config struct {
+	// K is the accepts multiplier of the proportional rule: requests are
+	// shed with probability max(0, (requests - K*accepts)/(requests+1)),
+	// so the target receives about K times what it accepts. It must be at
+	// least 1; values below 1/(1-f) shed at random failures of rate f.
+	// Zero means DefaultK (3): silent up to 2/3 random failures. The SRE
+	// book uses 2; 3 keeps a sick target's remaining capacity fully used
+	// when its sheds come in bursts (see BENCHMARKS.md), at 0.6 calls per
+	// request to a target at a fifth of its capacity instead of 0.4.
+	K float64
+
+	// Window is the length of the window that requests and accepts are
+	// counted over, kept as ten buckets of Window/10. Shorter reacts
+	// sooner, longer is smoother at low rates. Zero means DefaultWindow
+	// (1 s). Valid: MinWindow (100 ms) to MaxWindow (1 min).
+	Window time.Duration
+
+	// DownAfter is the silence that makes a target down: an overload
+	// failure that comes when the last accept is at least DownAfter old
+	// (or, if none ever came, at least three overload failures over
+	// DownAfter) marks the target down. Zero means DefaultDownAfter (50 ms). Valid: positive
+	// up to Window.
+	DownAfter time.Duration
+
+	// ProbeRatio is the share of requests, in (0, 1], that may probe a
+	// down target: every refused request adds ProbeRatio to a credit,
+	// and a probe spends a whole one. Zero means DefaultProbeRatio (0.05).
+	ProbeRatio float64
+
+	// ProbeInterval is the mean gap between probes of a down target at
+	// high rates; each gap is drawn uniformly from [0.5, 1.5) x
+	// ProbeInterval. Zero means DefaultProbeInterval (50 ms). Valid: up to
+	// Window.
+	ProbeInterval time.Duration
+
+	// OnDown, if not nil, is called with true when the target is marked
+	// down and with false when it is back (an accept or Revive). It is
+	// called with no lock held, on the goroutine that caused the change,
+	// and must be quick. Calls for one Throttle may race when changes
+	// come close together; each carries the state it reports.
+	OnDown func(name string, down bool)
+
+	// Name identifies the throttle in OnDown. Set overrides it with the
+	// key.
+	Name string
+
+	// Clock is the time source. It must be safe for concurrent use. Nil
+	// means the system clock.
+	Clock interface{ Now() time.Time }
+
+	// Rand returns a number in [0, 1) for the shedding draw and the probe
+	// jitter; values outside are clamped. It must be safe for concurrent
+	// use and is called with no lock held. Nil means math/rand/v2's
+	// Float64.
+	Rand func() float64
+}
+
+// normalize returns c with the defaults filled in, or an error naming the
+// first invalid field.
+func (c Config) normalize() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return Config{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if c.K == 0 {
+		c.K = DefaultK
+	}
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.DownAfter == 0 {
+		c.DownAfter = DefaultDownAfter
+	}
+	if c.ProbeRatio == 0 {
+		c.ProbeRatio = DefaultProbeRatio
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = DefaultProbeInterval
+	}
+	switch {
+	case math.IsNaN(c.K) || math.IsInf(c.K, 0) || c.K < 1:
+		return bad("K %v: want a finite number >= 1", c.K)
+	case c.Window < MinWindow || c.Window > MaxWindow:
+		return bad("Window %v: want %v to %v", c.Window, MinWindow, MaxWindow)
+	case c.DownAfter < 0 || c.DownAfter > c.Window:
+		return bad("DownAfter %v: want positive, up to Window (%v)", c.DownAfter, c.Window)
+	case !(c.ProbeRatio > 0 && c.ProbeRatio <= 1):
+		return bad("ProbeRatio %v: want (0, 1]", c.ProbeRatio)
+	case c.ProbeInterval < 0 || c.ProbeInterval > c.Window:
+		return bad("ProbeInterval %v: want positive, up to Window (%v)", c.ProbeInterval, c.Window)
+	}
+	return c, nil
+}

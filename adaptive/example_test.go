@@ -1,0 +1,48 @@
+package adaptive_test
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+// A target that dies after healthy traffic is down 50 ms after its last
+// accept; the calls then fail at once, and the first accepted probe brings
+// it back.
+func Example() {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	t, err := adaptive.New(adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }})
+	if err != nil {
+		panic(err)
+	}
+	call := func(o adaptive.Outcome) {
+		p, err := t.Allow(false)
+		if err != nil {
+			fmt.Println("refused:", errors.Is(err, adaptive.ErrDown))
+			return
+		}
+		p.Done(o)
+		fmt.Println("sent, probe:", p.Probe())
+	}
+	call(adaptive.Accept)
+	clk.Advance(time.Second)
+	call(adaptive.Overload) // silent for a second: down
+	call(adaptive.Accept)
+	for range 19 { // probes are 5 % of requests, at least 50 ms apart
+		if _, err := t.Allow(false); err == nil {
+			fmt.Println("unexpected probe")
+		}
+	}
+	clk.Advance(50 * time.Millisecond)
+	call(adaptive.Accept) // the probe is answered: back
+	fmt.Println("down:", t.Down())
+	// Output:
+	// sent, probe: false
+	// sent, probe: false
+	// refused: true
+	// sent, probe: true
+	// down: false
+}

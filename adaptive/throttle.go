@@ -1,0 +1,469 @@
+package adaptive
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+// ErrThrottled is returned by Allow for a request shed by the
+// proportional rule, or a retry refused because the target is not
+// healthy. Check it with errors.Is.
+var ErrThrottled = errors.New("adaptive: throttled")
+
+// ErrDown is returned by Allow while the target is down, for every
+// request that is not a probe. It wraps ErrThrottled.
+var ErrDown = &downError{}
+
+type downError struct{}
+
+func (*downError) Error() string        { return "adaptive: target down" }
+func (*downError) Unwrap() error        { return ErrThrottled }
+func (*downError) Is(target error) bool { return target == ErrThrottled }
+
+// Outcome is what an attempt showed about the target, reported with
+// Permit.Done.
+type Outcome int
+
+// The outcomes of an attempt.
+const (
+	// Accept: the target answered, with any code but an overload one.
+	Accept Outcome = iota
+	// Overload: the target refused (UNAVAILABLE, RESOURCE_EXHAUSTED) or
+	// did not answer before a deadline.
+	Overload
+	// Ignored: the attempt says nothing about the target (the caller
+	// cancelled, or a tier below refused on its own behalf). Values other
+	// than Accept and Overload are treated as Ignored.
+	Ignored
+)
+
+// String returns "accept", "overload" or "ignored".
+func (o Outcome) String() string {
+	switch o {
+	case Accept:
+		return "accept"
+	case Overload:
+		return "overload"
+	case Ignored:
+		return "ignored"
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// numBuckets is the number of time buckets of the window.
+const numBuckets = 10
+
+const (
+	// retryRun overload failures in a row, with no accept between them,
+	// stop retries at once: at 30 % random failures a given failure ends
+	// such a run in less than 1 % of cases, at a dead target at 1000
+	// requests/s it takes about 5 ms.
+	retryRun = 8
+	// minRequests is the least number of requests in the window for the
+	// proportional rule to shed (and so to stop retries): below it, one
+	// failure of a quiet client would shed half of its next requests.
+	// A quiet client's dead target is caught by the down rule instead. At
+	// 30 % random failures and K = 3, ten requests shed only when seven
+	// of them failed (p about 0.002).
+	minRequests = 10
+	// minFresh accepts since the last overload failure, DownAfter apart
+	// from it, clear the window.
+	minFresh = 3
+	// minColdRun failures, DownAfter apart from the first, mark a target
+	// that never accepted anything down: so that one call's three
+	// attempts all go out, whatever their backoff.
+	minColdRun = 3
+)
+
+type bucket struct {
+	idx      int64 // elapsed / width of the time this bucket counts
+	req, acc int64
+}
+
+// Throttle protects one target. Create one with New; the zero value is
+// not usable. It is safe for concurrent use.
+//
+// Call Allow before each attempt (retry true for a retry of the same
+// call); if it returns no error, make the attempt and report what it
+// showed with Done on the returned Permit. See the package documentation
+// for the three rules it applies. Nothing happens in the background: no
+// goroutines, no timers.
+type Throttle struct {
+	cfg   Config // normalized
+	clk   interface{ Now() time.Time }
+	mono  bool
+	start time.Time
+	width int64 // nanoseconds per bucket
+	rand  func() float64
+
+	// word is gen<<1 | 1 while Allow may pass every attempt without a
+	// look at the window: the target is up, not failing in a run, and the
+	// shedding probability was zero at the last outcome. Written under mu.
+	word atomic.Uint64
+	_    [56]byte
+
+	mu sync.Mutex
+	// Guarded by mu.
+	buckets    [numBuckets]bucket
+	gen        uint64 // grows on every change between up and down
+	down       bool
+	accepted   bool  // any accept seen
+	lastAccept int64 // elapsed at the last accept
+	run        int64 // overload failures since the last accept
+	runStart   int64 // elapsed at the first of them
+	lastFail   int64 // elapsed at the last overload failure while up
+	fresh      int64 // accepts since then
+	credit     float64
+	nextProbe  int64
+	p          float64 // the last shedding probability computed
+	broken     bool    // the connection was seen not ready, and not ready since
+	stats      Stats
+}
+
+// Stats are a Throttle's counters since it was created, and its state.
+type Stats struct {
+	// Down reports whether the target is down now.
+	Down bool
+	// Probability is the shedding probability as of the last outcome (or
+	// the last Allow that looked at the window); 1 while the target is
+	// down.
+	Probability float64
+	// Shed counts requests refused by the proportional rule,
+	// RetriesRefused retries refused because the target was not healthy,
+	// Refused requests refused while the target was down, and Probes the
+	// attempts let through while it was down.
+	Shed, RetriesRefused, Refused, Probes int64
+	// Downs counts the times the target was marked down.
+	Downs int64
+}
+
+// New returns a throttle for a target that is up, or an error wrapping
+// ErrInvalidConfig when a field of cfg is invalid.
+func New(cfg Config) (*Throttle, error) {
+	n, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	return newThrottle(n), nil
+}
+
+func newThrottle(cfg Config) *Throttle {
+	t := &Throttle{cfg: cfg, clk: cfg.Clock, rand: cfg.Rand, width: int64(cfg.Window / numBuckets)}
+	if t.clk == nil {
+		t.clk = clock.Real{}
+	}
+	if t.rand == nil {
+		t.rand = rand.Float64
+	}
+	_, t.mono = t.clk.(clock.Real)
+	t.start = t.clk.Now()
+	t.word.Store(1)
+	return t
+}
+
+// publish sets word from the state at el. t.mu is held.
+func (t *Throttle) publish(el int64) {
+	t.p = 0
+	if !t.down {
+		t.p = t.probability(el)
+	}
+	w := t.gen << 1
+	if !t.down && t.run < retryRun && t.p == 0 {
+		w |= 1
+	}
+	t.word.Store(w)
+}
+
+// Name returns the Config's Name.
+func (t *Throttle) Name() string { return t.cfg.Name }
+
+// elapsed returns the nanoseconds since the throttle was created, never
+// negative.
+func (t *Throttle) elapsed() int64 {
+	if t.mono {
+		return max(int64(time.Since(t.start)), 0)
+	}
+	return max(int64(t.clk.Now().Sub(t.start)), 0)
+}
+
+// draw returns a number from the random source, clamped to [0, 1).
+func (t *Throttle) draw() float64 {
+	u := t.rand()
+	switch {
+	case !(u >= 0): // also NaN
+		return 0
+	case u >= 1:
+		return 0.9999999999
+	}
+	return u
+}
+
+// Permit is the right to make one attempt, returned by Allow. Report
+// what the attempt showed with Done. The zero Permit's Done does nothing.
+type Permit struct {
+	t     *Throttle
+	gen   uint64
+	probe bool
+}
+
+// Probe reports whether the Permit is for a probe of a down target.
+func (p Permit) Probe() bool { return p.probe }
+
+// Allow asks to make an attempt; retry is true for a retry of a call
+// whose earlier attempt failed. It returns ErrDown while the target is
+// down and this attempt is not a probe, ErrThrottled when the attempt is
+// shed or a retry is refused, and otherwise a Permit whose Done must be
+// called once with the outcome (an unreported Permit costs nothing but
+// the information).
+func (t *Throttle) Allow(retry bool) (Permit, error) {
+	if w := t.word.Load(); w&1 == 1 {
+		// The common case, a healthy target: no lock, no clock.
+		return Permit{t: t, gen: w >> 1}, nil
+	}
+	u := t.draw()
+	el := t.elapsed()
+	t.mu.Lock()
+	if t.down {
+		return t.allowDown(el, u, retry)
+	}
+	t.publish(el)
+	p := t.p
+	if retry && (t.run >= retryRun || p > 0) {
+		t.stats.RetriesRefused++
+		t.mu.Unlock()
+		return Permit{}, ErrThrottled
+	}
+	if u < p {
+		// A shed request counts as a request now; an allowed one when
+		// its outcome comes, so that attempts in flight do not count as
+		// refused by the target.
+		t.bucket(el).req++
+		t.stats.Shed++
+		t.mu.Unlock()
+		return Permit{}, ErrThrottled
+	}
+	gen := t.gen
+	t.mu.Unlock()
+	return Permit{t: t, gen: gen}, nil
+}
+
+// probability returns the shedding probability at el. t.mu is held.
+func (t *Throttle) probability(el int64) float64 {
+	req, acc := t.sum(el)
+	if req < minRequests {
+		return 0
+	}
+	p := max(0, (float64(req)-t.cfg.K*float64(acc))/float64(req+1))
+	if p > 0 && t.fresh >= minFresh && el-t.lastFail >= int64(t.cfg.DownAfter) {
+		// Every attempt for DownAfter was accepted: the loss the window
+		// remembers is over. Forget it, so that the target gets its
+		// traffic back now rather than as the buckets age.
+		t.buckets = [numBuckets]bucket{}
+		return 0
+	}
+	return p
+}
+
+// RetryAllowed reports whether a retry would pass the throttle's rules
+// now: the target is up, not failing in a run, and not being shed. A
+// caller asks before it spends a retry budget and waits a backoff for a
+// retry that Allow(true) would refuse.
+func (t *Throttle) RetryAllowed() bool {
+	el := t.elapsed()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.down && t.run < retryRun && t.probability(el) == 0
+}
+
+// allowDown is Allow for a down target. t.mu is held; it unlocks.
+func (t *Throttle) allowDown(el int64, u float64, retry bool) (Permit, error) {
+	if retry {
+		t.stats.RetriesRefused++
+		t.mu.Unlock()
+		return Permit{}, ErrDown
+	}
+	t.credit = min(t.credit+t.cfg.ProbeRatio, 1)
+	if t.credit < 1-1e-9 || el < t.nextProbe {
+		t.stats.Refused++
+		t.mu.Unlock()
+		return Permit{}, ErrDown
+	}
+	t.credit = max(t.credit-1, 0)
+	t.nextProbe = el + t.probeGap(u)
+	t.stats.Probes++
+	gen := t.gen
+	t.mu.Unlock()
+	return Permit{t: t, gen: gen, probe: true}, nil
+}
+
+// probeGap is ProbeInterval spread over [0.5, 1.5) by u.
+func (t *Throttle) probeGap(u float64) int64 {
+	return int64(float64(t.cfg.ProbeInterval) * (0.5 + u))
+}
+
+// Done reports what the attempt showed. An Accept ends the down state;
+// an Overload that comes after DownAfter without an accept starts it.
+// Outcomes of attempts allowed before the last change between up and
+// down count only as an Accept ending a down state (the target answered).
+func (p Permit) Done(o Outcome) {
+	if p.t == nil || (o != Accept && o != Overload) {
+		return
+	}
+	p.t.done(p.gen, o)
+}
+
+func (t *Throttle) done(gen uint64, o Outcome) {
+	var u float64
+	if o == Overload {
+		u = t.draw()
+	}
+	el := t.elapsed()
+	t.mu.Lock()
+	changed := false
+	switch o {
+	case Accept:
+		t.accepted, t.lastAccept, t.run = true, el, 0
+		t.fresh++
+		if t.down {
+			t.setUp()
+			changed = true
+		} else if gen == t.gen {
+			b := t.bucket(el)
+			b.req++
+			b.acc++
+		}
+	case Overload:
+		if t.down || gen != t.gen {
+			break
+		}
+		t.bucket(el).req++
+		if t.run == 0 {
+			t.runStart = el
+		}
+		t.run++
+		t.lastFail, t.fresh = el, 0
+		since := t.runStart
+		if t.accepted {
+			since = t.lastAccept
+		}
+		if el-since >= int64(t.cfg.DownAfter) && (t.accepted || t.run >= minColdRun) {
+			t.down = true
+			t.gen++
+			t.credit = 0
+			t.nextProbe = el + t.probeGap(u)
+			t.stats.Downs++
+			changed = true
+		}
+	}
+	down := t.down
+	if o == Overload || changed || t.word.Load()&1 == 0 {
+		// An accept on a healthy target changes nothing that word
+		// shows: it only lowers p (by K-1) and ends no state.
+		t.publish(el)
+	}
+	t.mu.Unlock()
+	if changed && t.cfg.OnDown != nil {
+		t.cfg.OnDown(t.cfg.Name, down)
+	}
+}
+
+// setUp ends the down state with an empty window. t.mu is held.
+func (t *Throttle) setUp() {
+	t.down, t.broken = false, false
+	t.gen++
+	t.run = 0
+	t.p = 0
+	t.buckets = [numBuckets]bucket{}
+	// The bucket array is indexed from the throttle's start; an empty
+	// bucket with idx 0 is harmless wherever it lies.
+}
+
+// Revive ends the down state at once, for a signal that the target is
+// back without a probe: its connection became ready again, or an answer
+// from it carried its state. It does nothing to a target that is up.
+func (t *Throttle) Revive() {
+	el := t.elapsed()
+	t.mu.Lock()
+	changed := t.down
+	if changed {
+		t.setUp()
+		t.accepted, t.lastAccept = true, el
+		t.publish(el)
+	}
+	t.mu.Unlock()
+	if changed && t.cfg.OnDown != nil {
+		t.cfg.OnDown(t.cfg.Name, false)
+	}
+}
+
+// Connectivity reports the state of the connection to the target, for a
+// caller that can see it (a gRPC channel's connectivity state): ready
+// false while it is not connected, true when it is. A connection seen not
+// ready (before or after the target went down) and then ready again while
+// the target is down revives it (see Revive) without waiting for a probe:
+// its process accepts connections again. A connection that stays ready
+// says nothing (the target answers, with errors), and changes nothing.
+func (t *Throttle) Connectivity(ready bool) {
+	t.mu.Lock()
+	switch {
+	case !ready:
+		t.broken = true
+	case !t.down:
+		t.broken = false
+	case t.broken:
+		t.mu.Unlock()
+		t.Revive()
+		return
+	}
+	t.mu.Unlock()
+}
+
+// Down reports whether the target is down.
+func (t *Throttle) Down() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.down
+}
+
+// Stats returns the throttle's counters and state.
+func (t *Throttle) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.stats
+	s.Down, s.Probability = t.down, t.p
+	if t.down {
+		s.Probability = 1
+	}
+	return s
+}
+
+// bucket returns the bucket for el, emptied if it held an older time.
+// t.mu is held.
+func (t *Throttle) bucket(el int64) *bucket {
+	idx := el / t.width
+	b := &t.buckets[idx%numBuckets]
+	if b.idx != idx {
+		*b = bucket{idx: idx}
+	}
+	return b
+}
+
+// sum returns the requests and accepts in the window ending at el. t.mu
+// is held.
+func (t *Throttle) sum(el int64) (req, acc int64) {
+	idx := el / t.width
+	for i := range t.buckets {
+		b := &t.buckets[i]
+		if b.idx > idx-numBuckets && b.idx <= idx {
+			req += b.req
+			acc += b.acc
+		}
+	}
+	return req, acc
+}

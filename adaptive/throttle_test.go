@@ -1,0 +1,466 @@
+package adaptive
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+const ms = time.Millisecond
+
+// fixedRand returns u on every call.
+func fixedRand(u float64) func() float64 { return func() float64 { return u } }
+
+func newTest(t *testing.T, cfg Config) (*Throttle, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg.Clock = clk
+	if cfg.Rand == nil {
+		cfg.Rand = fixedRand(0.5)
+	}
+	th, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return th, clk
+}
+
+// attempt makes one attempt with outcome o and reports whether it was
+// allowed.
+func attempt(th *Throttle, retry bool, o Outcome) bool {
+	p, err := th.Allow(retry)
+	if err != nil {
+		return false
+	}
+	p.Done(o)
+	return true
+}
+
+func TestNewInvalid(t *testing.T) {
+	for _, cfg := range []Config{
+		{K: 0.5}, {K: math.NaN()}, {K: math.Inf(1)},
+		{Window: 50 * ms}, {Window: 2 * time.Minute},
+		{DownAfter: -1}, {DownAfter: 2 * time.Second},
+		{ProbeRatio: -0.1}, {ProbeRatio: 1.5}, {ProbeRatio: math.NaN()},
+		{ProbeInterval: -1}, {ProbeInterval: 2 * time.Second},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New(%+v): got %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if _, err := NewSet(Config{}, -1); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("NewSet(maxKeys -1): got %v, want ErrInvalidConfig", err)
+	}
+	if _, err := New(Config{}); err != nil {
+		t.Errorf("New(Config{}): %v", err)
+	}
+}
+
+// The proportional rule: p = (requests - K*accepts)/(requests+1) over the
+// window, counted when outcomes come.
+func TestProportional(t *testing.T) {
+	th, clk := newTest(t, Config{K: 2, Rand: fixedRand(0.99)})
+	// 100 attempts, 20 accepted, spread over 100 ms: accepts keep coming,
+	// so the target is never down.
+	for i := range 100 {
+		o := Overload
+		if i%5 == 0 {
+			o = Accept
+		}
+		if !attempt(th, false, o) {
+			t.Fatalf("attempt %d refused before any shedding", i)
+		}
+		clk.Advance(ms)
+	}
+	if _, err := th.Allow(false); !errors.Is(err, ErrThrottled) && err != nil {
+		t.Fatalf("Allow: %v", err)
+	}
+	got := th.Stats().Probability
+	want := (100 - 2*20) / 101.0
+	if math.Abs(got-want) > 1e-9 {
+		t.Errorf("probability: got %v, want %v", got, want)
+	}
+	if th.Stats().Down {
+		t.Error("down at a partial loss")
+	}
+	// A draw below p sheds, one above lets through.
+	th2, clk2 := newTest(t, Config{K: 2, Rand: fixedRand(0.1)})
+	for i := range 100 {
+		o := Overload
+		if i%5 == 0 {
+			o = Accept
+		}
+		attempt(th2, false, o)
+		clk2.Advance(ms)
+	}
+	if _, err := th2.Allow(false); !errors.Is(err, ErrThrottled) || errors.Is(err, ErrDown) {
+		t.Errorf("draw 0.1 under p %.2f: got %v, want ErrThrottled", want, err)
+	}
+	if th2.Stats().Shed == 0 {
+		t.Error("Stats.Shed is 0 after a shed request")
+	}
+}
+
+// Random failures of 30 % never shed, never refuse a retry and never mark
+// the target down, at any rate.
+func TestRandomFailuresSilent(t *testing.T) {
+	for _, gap := range []time.Duration{ms / 10, ms, 10 * ms} {
+		th, clk := newTest(t, Config{Rand: fixedRand(0)}) // the draw 0 sheds whenever p > 0
+		for i := range 5000 {
+			o := Accept
+			if i%10 < 3 {
+				o = Overload
+			}
+			if !attempt(th, i%10 == 1, o) {
+				t.Fatalf("gap %v: attempt %d refused at 30 %% random failures", gap, i)
+			}
+			clk.Advance(gap)
+		}
+		if s := th.Stats(); s.Downs != 0 || s.Shed != 0 || s.RetriesRefused != 0 {
+			t.Errorf("gap %v: stats %+v, want no refusals", gap, s)
+		}
+	}
+}
+
+// After healthy traffic, an overload failure DownAfter after the last
+// accept marks the target down; retries stop earlier, after a run.
+func TestDownAfterHealthy(t *testing.T) {
+	var downs []bool
+	var mu sync.Mutex
+	var th *Throttle
+	th, clk := newTest(t, Config{OnDown: func(name string, down bool) {
+		_ = th.Down() // no lock held
+		mu.Lock()
+		downs = append(downs, down)
+		mu.Unlock()
+	}})
+	for range 1000 {
+		attempt(th, false, Accept)
+		clk.Advance(ms)
+	}
+	// The target dies: failures every 1 ms.
+	for i := range 49 {
+		if !attempt(th, false, Overload) {
+			t.Fatalf("attempt %d refused %v after the last accept", i, time.Duration(i)*ms)
+		}
+		if i == retryRun-1 {
+			if _, err := th.Allow(true); !errors.Is(err, ErrThrottled) {
+				t.Errorf("retry after %d failures in a row: got %v, want ErrThrottled", retryRun, err)
+			}
+		}
+		clk.Advance(ms)
+	}
+	if th.Down() {
+		t.Fatal("down 49 ms after the last accept, want 50 ms")
+	}
+	clk.Advance(ms)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down 50 ms after the last accept")
+	}
+	if _, err := th.Allow(false); !errors.Is(err, ErrDown) || !errors.Is(err, ErrThrottled) {
+		t.Errorf("Allow while down: got %v, want ErrDown wrapping ErrThrottled", err)
+	}
+	if len(downs) != 1 || !downs[0] {
+		t.Errorf("OnDown calls: got %v, want [true]", downs)
+	}
+}
+
+// From a cold start the silence is measured from the first failure, so
+// that one call's three attempts still go out.
+func TestColdStart(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	clk.Advance(time.Hour) // long after New: nothing was ever accepted
+	for i := range 3 {
+		if !attempt(th, i > 0, Overload) {
+			t.Fatalf("attempt %d of a cold call refused", i)
+		}
+		clk.Advance(20 * ms)
+	}
+	if th.Down() {
+		t.Fatal("down after 40 ms of failures from a cold start")
+	}
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down after 60 ms of failures from a cold start")
+	}
+}
+
+// While down: no retries, probes at ProbeRatio of requests and no closer
+// than the jittered ProbeInterval; the first accept ends it with an empty
+// window.
+func TestProbesAndRecovery(t *testing.T) {
+	th, clk := newTest(t, Config{ProbeRatio: 0.1, ProbeInterval: 40 * ms, Rand: fixedRand(0.5)})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	// One request per ms: credit for a probe after 10 requests, but the
+	// gap is 40 ms (u 0.5: exactly ProbeInterval) from going down.
+	var probes []time.Duration
+	for i := 1; i <= 200; i++ {
+		clk.Advance(ms)
+		if _, err := th.Allow(true); !errors.Is(err, ErrDown) {
+			t.Fatalf("retry while down: got %v, want ErrDown", err)
+		}
+		p, err := th.Allow(false)
+		if err != nil {
+			continue
+		}
+		if !p.Probe() {
+			t.Fatal("permit while down is not a probe")
+		}
+		probes = append(probes, time.Duration(i)*ms)
+		p.Done(Overload)
+	}
+	want := []time.Duration{40 * ms, 80 * ms, 120 * ms, 160 * ms, 200 * ms}
+	if len(probes) != len(want) {
+		t.Fatalf("probes at %v, want %v", probes, want)
+	}
+	for i := range want {
+		if probes[i] != want[i] {
+			t.Fatalf("probes at %v, want %v", probes, want)
+		}
+	}
+	// At a low rate the ratio binds: one request per 100 ms probes every
+	// tenth request.
+	n := 0
+	for range 100 {
+		clk.Advance(100 * ms)
+		if p, err := th.Allow(false); err == nil {
+			n++
+			p.Done(Overload)
+		}
+	}
+	if n != 10 {
+		t.Errorf("probes in 100 requests at 10/s: got %d, want 10", n)
+	}
+	// The target is back: the next probe's accept ends the down state.
+	for !th.Down() || n < 1000 {
+		clk.Advance(100 * ms)
+		if p, err := th.Allow(false); err == nil {
+			p.Done(Accept)
+			break
+		}
+		n++
+	}
+	if th.Down() {
+		t.Fatal("still down after an accepted probe")
+	}
+	if s := th.Stats(); s.Probability != 0 {
+		t.Errorf("probability after recovery: got %v, want 0 (empty window)", s.Probability)
+	}
+	if !attempt(th, true, Accept) {
+		t.Error("retry refused right after recovery")
+	}
+}
+
+// A loss that ends is forgotten after DownAfter of accepts.
+func TestWindowClearedAfterRecovery(t *testing.T) {
+	th, clk := newTest(t, Config{K: 2, Rand: fixedRand(0.999)})
+	for i := range 200 {
+		o := Overload
+		if i%5 == 0 {
+			o = Accept
+		}
+		attempt(th, false, o)
+		clk.Advance(ms / 2)
+	}
+	th.Allow(false)
+	if p := th.Stats().Probability; p < 0.5 {
+		t.Fatalf("probability at a fifth accepted: got %v, want > 0.5", p)
+	}
+	for range 49 {
+		attempt(th, false, Accept)
+		clk.Advance(ms)
+	}
+	th.Allow(false)
+	if p := th.Stats().Probability; p == 0 {
+		t.Fatal("window cleared 49 ms after the last failure, want 50 ms")
+	}
+	clk.Advance(ms)
+	th.Allow(false)
+	if p := th.Stats().Probability; p != 0 {
+		t.Errorf("probability 50 ms after the last failure: got %v, want 0", p)
+	}
+}
+
+// Outcomes of permits from before a change between up and down count
+// only as an accept ending a down state.
+func TestStalePermits(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	stale, _ := th.Allow(false)
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	th.Revive()
+	if th.Down() {
+		t.Fatal("down after Revive")
+	}
+	// The stale failure neither counts in the window nor starts a run.
+	stale.Done(Overload)
+	if s := th.Stats(); s.Downs != 1 {
+		t.Errorf("downs after a stale failure: got %d, want 1", s.Downs)
+	}
+	for range retryRun - 1 {
+		attempt(th, false, Overload)
+	}
+	if !attempt(th, true, Accept) {
+		t.Error("retry refused: the stale failure counted in the run")
+	}
+	// Ignored and unknown outcomes count for nothing; the zero Permit is
+	// inert.
+	p, _ := th.Allow(false)
+	p.Done(Ignored)
+	p.Done(Outcome(42))
+	Permit{}.Done(Overload)
+	if got := Outcome(42).String(); got != "Outcome(42)" {
+		t.Errorf("Outcome(42).String() = %q", got)
+	}
+}
+
+// A clock that goes back and random numbers out of range are survived.
+func TestBadClockAndRand(t *testing.T) {
+	for _, u := range []float64{-1, 2, math.NaN()} {
+		th, clk := newTest(t, Config{Rand: fixedRand(u)})
+		attempt(th, false, Accept)
+		clk.Advance(-time.Hour)
+		attempt(th, false, Overload)
+		clk.Advance(2 * time.Hour)
+		for range 100 {
+			attempt(th, false, Overload)
+			attempt(th, true, Overload)
+			clk.Advance(-ms)
+		}
+	}
+}
+
+func TestSet(t *testing.T) {
+	s, err := NewSet(Config{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.Get("a")
+	if a == nil || s.Get("a") != a || a.Name() != "a" {
+		t.Fatal("Get(a) is not stable or misnamed")
+	}
+	if s.Get("b") == nil {
+		t.Fatal("Get(b) nil below maxKeys")
+	}
+	if s.Get("c") != nil {
+		t.Error("Get(c) beyond maxKeys: want nil")
+	}
+	n := 0
+	s.Range(func(string, *Throttle) bool { n++; return true })
+	if n != 2 {
+		t.Errorf("Range visited %d, want 2", n)
+	}
+}
+
+// Concurrent use under -race.
+func TestConcurrent(t *testing.T) {
+	th, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2000 {
+				o := Accept
+				if (i+g)%3 == 0 {
+					o = Overload
+				}
+				attempt(th, i%2 == 0, o)
+				if i%500 == 0 {
+					th.Revive()
+					th.Stats()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// RetryAllowed agrees with Allow(true) and changes nothing.
+func TestRetryAllowed(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	if !th.RetryAllowed() {
+		t.Fatal("RetryAllowed false on a healthy target")
+	}
+	for range retryRun {
+		attempt(th, false, Overload)
+	}
+	if th.RetryAllowed() {
+		t.Errorf("RetryAllowed true after %d failures in a row", retryRun)
+	}
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if !th.Down() || th.RetryAllowed() {
+		t.Error("RetryAllowed true on a down target")
+	}
+	if s := th.Stats(); s.RetriesRefused != 0 {
+		t.Errorf("RetryAllowed counted refusals: %+v", s)
+	}
+}
+
+// A connection seen broken and then ready while the target is down
+// revives it; one that stays ready does not.
+func TestConnectivity(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false) // broken before the failure that marks it down
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	th.Connectivity(false)
+	if !th.Down() {
+		t.Fatal("revived by a broken connection")
+	}
+	th.Connectivity(true)
+	if th.Down() {
+		t.Fatal("not revived when the connection came back")
+	}
+	// A connection that stays ready says nothing, and the next outage
+	// has no memory of the last broken state.
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down the second time")
+	}
+	th.Connectivity(true)
+	if !th.Down() {
+		t.Fatal("revived by a connection that never broke")
+	}
+}
+
+// From a cold start two failures never mark the target down, however far
+// apart: one call's third attempt always goes out.
+func TestColdStartNeedsThreeFailures(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Overload)
+	clk.Advance(time.Second)
+	if !attempt(th, true, Overload) || th.Down() {
+		t.Fatal("down after two failures from a cold start")
+	}
+	if !attempt(th, true, Overload) {
+		t.Fatal("third attempt refused")
+	}
+	if !th.Down() {
+		t.Fatal("not down after three failures over a second from a cold start")
+	}
+}

@@ -1,0 +1,135 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/stormguard/stormguard/adaptive"
+)
+
+// WithAdaptive puts every attempt behind an adaptive throttle per target
+// from set (see adaptive.Throttle): requests are shed in proportion to
+// what the target accepts, retries go only to a healthy target, and a
+// target that has accepted nothing for 50 ms while failing is down: only
+// a few jittered probes reach it until one is answered, or until its
+// channel, seen not ready meanwhile, is ready again. A refused attempt
+// fails the call at once with codes.Unavailable (or, for a retry, the last
+// attempt's code) and the "do not retry" mark. Nil turns it off. Client
+// side.
+//
+// Overload outcomes are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED
+// of the attempt's own timeout, and an attempt still unanswered when the
+// caller's deadline expired (a hang). A "do not retry" answer comes from a
+// live target whose own dependency failed and counts for nothing; every
+// other answer is an accept.
+//
+// The recommended configuration, for every hop:
+//
+//	set, _ := adaptive.NewSet(adaptive.Config{}, 0)
+//	interceptor.New(interceptor.WithAdaptive(set), interceptor.WithBudget(budget.Config{}))
+//
+// The budget bounds retries at random failures; the throttle handles
+// outages, partial loss, hangs and recovery. A breaker in addition is not
+// needed (it refuses capacity that a sick target still has).
+func WithAdaptive(set *adaptive.Set) Option {
+	return Option{apply: func(c *config) error {
+		c.throttles = set
+		return nil
+	}}
+}
+
+// AdaptiveObserver returns a function for adaptive.Config.OnDown that
+// reports each change of a set's throttles to o as an EventTargetDown or
+// EventTargetUp, with the throttle's key as Target.
+func AdaptiveObserver(o Observer) func(name string, down bool) {
+	return func(name string, down bool) {
+		k := EventTargetUp
+		if down {
+			k = EventTargetDown
+		}
+		o.Observe(context.Background(), Event{Kind: k, Target: name})
+	}
+}
+
+// RangeThrottles calls f for each target's adaptive throttle until f
+// returns false, for metrics such as the shedding probability.
+func (i *Interceptors) RangeThrottles(f func(target string, t *adaptive.Throttle) bool) {
+	if s := i.client.cfg.throttles; s != nil {
+		s.Range(f)
+	}
+}
+
+// connState is what the throttle reads of the call's channel.
+type connState interface {
+	GetState() connectivity.State
+}
+
+// initAdaptive finds the call's throttle.
+func (c *call) initAdaptive() {
+	if c.cfg.throttles != nil {
+		c.thr = c.cfg.throttles.Get(c.key)
+	}
+}
+
+// admitAdaptive asks the throttle whether the next attempt may go out.
+// On refusal it returns the call's final error.
+func (c *call) admitAdaptive() error {
+	if c.thr == nil {
+		return nil
+	}
+	p, err := c.thr.Allow(c.attempt > 0)
+	if errors.Is(err, adaptive.ErrDown) && c.conn != nil {
+		// A channel that broke while the target was down and is ready
+		// again revives it without waiting for a probe.
+		c.thr.Connectivity(c.conn.GetState() == connectivity.Ready)
+		if !c.thr.Down() {
+			p, err = c.thr.Allow(c.attempt > 0)
+		}
+	}
+	if err != nil {
+		if c.cfg.observer != nil {
+			c.observe(Event{Kind: EventThrottled, Attempt: c.attempt, Probability: c.thr.Stats().Probability})
+		}
+		return c.stop(StopThrottled)
+	}
+	if p.Probe() {
+		c.observe(Event{Kind: EventProbe, Attempt: c.attempt})
+	}
+	c.tp = p
+	return nil
+}
+
+// adaptiveRefusesRetry reports whether the throttle would refuse a retry
+// now, so that the call stops before it spends the budget and waits.
+func (c *call) adaptiveRefusesRetry() bool {
+	return c.thr != nil && !c.thr.RetryAllowed()
+}
+
+// settleAdaptive reports the attempt that ended with err to the throttle:
+// see WithAdaptive for what counts as overload. failure is the breaker's
+// judgement (a hang until the caller's deadline included); ignored means
+// the caller cancelled, which says nothing about the target.
+func (c *call) settleAdaptive(err error, failure, dontRetry, ignored bool) {
+	if c.thr == nil {
+		return
+	}
+	p := c.tp
+	c.tp = adaptive.Permit{}
+	switch {
+	case ignored:
+	case dontRetry && err != nil:
+		// A live target whose own dependency failed: no sign of
+		// overload here, and no sign of health either.
+	case failure:
+		if c.conn != nil {
+			// A failure with the channel broken: its coming back will
+			// say that the target is back.
+			c.thr.Connectivity(c.conn.GetState() == connectivity.Ready)
+		}
+		p.Done(adaptive.Overload)
+	default:
+		p.Done(adaptive.Accept)
+	}
+}

@@ -1,0 +1,131 @@
+package stormotel
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+
+	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/interceptor"
+)
+
+// DownKey says whether a target's adaptive throttle marked it down (true)
+// or back up (false), on stormguard.adaptive.transitions.
+const DownKey = attribute.Key("stormguard.adaptive.down")
+
+// AdaptiveMetrics is an interceptor.Observer for the adaptive throttle's
+// decisions (interceptor.WithAdaptive), next to Metrics, which records
+// everything else:
+//
+//   - stormguard.adaptive.refusals (counter, {attempt}): attempts the
+//     throttle refused, by stormguard.target.
+//   - stormguard.adaptive.probes (counter, {attempt}): attempts sent to a
+//     down target as probes, by stormguard.target.
+//   - stormguard.adaptive.transitions (counter, {transition}): targets
+//     marked down or back up, by stormguard.target and
+//     stormguard.adaptive.down.
+//   - stormguard.adaptive.rejection_probability (gauge, 1): each tracked
+//     throttle's shedding probability, 1 while its target is down.
+//   - stormguard.adaptive.down (gauge, 1): 1 while the target is down.
+//
+// Install it with interceptor.WithObserver(interceptor.Observers(m, am))
+// and interceptor.AdaptiveObserver(am) as adaptive.Config.OnDown, and call
+// Track for the gauges. Targets are attribute values, so the number of
+// distinct targets bounds the series (adaptive.Set holds at most its
+// maxKeys).
+type AdaptiveMetrics struct {
+	refusals, probes, transitions metric.Int64Counter
+	probability                   metric.Float64ObservableGauge
+	down                          metric.Int64ObservableGauge
+	reg                           metric.Registration
+
+	mu   sync.Mutex
+	sets []*adaptive.Set
+}
+
+// NewAdaptive creates the instruments on a meter of mp named ScopeName; a
+// nil mp means the global MeterProvider.
+func NewAdaptive(mp metric.MeterProvider) (*AdaptiveMetrics, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	m := &AdaptiveMetrics{}
+	var errs []error
+	var err error
+	m.refusals, err = meter.Int64Counter("stormguard.adaptive.refusals", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts the adaptive throttle refused: shed, a retry into an unhealthy target, or a down target."))
+	errs = append(errs, err)
+	m.probes, err = meter.Int64Counter("stormguard.adaptive.probes", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts sent to a down target as probes."))
+	errs = append(errs, err)
+	m.transitions, err = meter.Int64Counter("stormguard.adaptive.transitions", metric.WithUnit("{transition}"),
+		metric.WithDescription("Targets the adaptive throttle marked down or back up."))
+	errs = append(errs, err)
+	m.probability, err = meter.Float64ObservableGauge("stormguard.adaptive.rejection_probability", metric.WithUnit("1"),
+		metric.WithDescription("The adaptive throttle's shedding probability per target; 1 while the target is down."))
+	errs = append(errs, err)
+	m.down, err = meter.Int64ObservableGauge("stormguard.adaptive.down", metric.WithUnit("1"),
+		metric.WithDescription("1 while the adaptive throttle holds the target down, else 0."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m.reg, err = meter.RegisterCallback(m.collect, m.probability, m.down)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close unregisters the gauges' callback.
+func (m *AdaptiveMetrics) Close() error { return m.reg.Unregister() }
+
+// Track reports the throttles of sets in the gauges from the next
+// collection on. Nil sets and sets already tracked are ignored.
+func (m *AdaptiveMetrics) Track(sets ...*adaptive.Set) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range sets {
+		if s != nil && !contains(m.sets, s) {
+			m.sets = append(m.sets, s)
+		}
+	}
+}
+
+// Observe records the adaptive throttle's events and ignores the others.
+// It implements interceptor.Observer.
+func (m *AdaptiveMetrics) Observe(ctx context.Context, e interceptor.Event) {
+	switch e.Kind {
+	case interceptor.EventThrottled:
+		m.refusals.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target)))
+	case interceptor.EventProbe:
+		m.probes.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target)))
+	case interceptor.EventTargetDown, interceptor.EventTargetUp:
+		m.transitions.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target), DownKey.Bool(e.Kind == interceptor.EventTargetDown)))
+	}
+}
+
+func (m *AdaptiveMetrics) collect(_ context.Context, o metric.Observer) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.sets {
+		s.Range(func(key string, t *adaptive.Throttle) bool {
+			st := t.Stats()
+			attrs := metric.WithAttributes(TargetKey.String(key))
+			o.ObserveFloat64(m.probability, st.Probability, attrs)
+			var d int64
+			if st.Down {
+				d = 1
+			}
+			o.ObserveInt64(m.down, d, attrs)
+			return true
+		})
+	}
+	return nil
+}

@@ -1,0 +1,68 @@
+package stormotel_test
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/interceptor"
+	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/stormotel"
+)
+
+// TestAdaptiveMetrics drives a throttle by hand: the gauges follow its
+// state, and the events count refusals, probes and transitions.
+func TestAdaptiveMetrics(t *testing.T) {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := stormotel.NewAdaptive(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	set, err := adaptive.NewSet(adaptive.Config{Clock: fc, Rand: func() float64 { return 0.5 }, OnDown: interceptor.AdaptiveObserver(m)}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Track(set, nil, set)
+	const (
+		prob  = "stormguard.adaptive.rejection_probability{stormguard.target=a}"
+		down  = "stormguard.adaptive.down{stormguard.target=a}"
+		toDn  = "stormguard.adaptive.transitions{stormguard.adaptive.down=true,stormguard.target=a}"
+		toUp  = "stormguard.adaptive.transitions{stormguard.adaptive.down=false,stormguard.target=a}"
+		refus = "stormguard.adaptive.refusals{stormguard.target=a}"
+		probe = "stormguard.adaptive.probes{stormguard.target=a}"
+	)
+	check := func(step string, want map[string]string) {
+		t.Helper()
+		if got := collect(t, r); !maps.Equal(got, want) {
+			t.Fatalf("%s:\n%s", step, diff(got, want))
+		}
+	}
+	a := set.Get("a")
+	check("a up", map[string]string{prob: "0", down: "0"})
+
+	p, _ := a.Allow(false)
+	p.Done(adaptive.Accept)
+	fc.Advance(time.Second)
+	p, _ = a.Allow(false)
+	p.Done(adaptive.Overload)
+	check("a down", map[string]string{prob: "1", down: "1", toDn: "1"})
+
+	ctx := context.Background()
+	m.Observe(ctx, interceptor.Event{Kind: interceptor.EventThrottled, Target: "a", Probability: 1})
+	m.Observe(ctx, interceptor.Event{Kind: interceptor.EventProbe, Target: "a"})
+	m.Observe(ctx, interceptor.Event{Kind: interceptor.EventAttemptStart, Target: "a"}) // not ours
+	a.Revive()
+	check("a back", map[string]string{prob: "0", down: "0", toDn: "1", toUp: "1", refus: "1", probe: "1"})
+
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("closed", map[string]string{toDn: "1", toUp: "1", refus: "1", probe: "1"})
+}
