@@ -17,7 +17,7 @@ func New(opts ...Option) (*Interceptors, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptors{client: client{cfg: cfg}, server: server{untrusted: cfg.untrusted, observer: cfg.observer, retryable: cfg.retryable}}, nil
+	return &Interceptors{client: client{cfg: cfg}, server: server{untrusted: cfg.untrusted, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission}}, nil
 }
 
 // UnaryClient returns the unary client interceptor.

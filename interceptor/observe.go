@@ -41,6 +41,10 @@ const (
 	// EventBreakerStateChange: the breaker for Target went From -> To.
 	// It comes from BreakerObserver, wired into breaker.Config.
 	EventBreakerStateChange
+	// EventAdmissionRefused: admission control (WithAdmission) refused a
+	// request before its handler for Admission; Code is the answer's and
+	// Delay the pushback sent (negative: "do not retry").
+	EventAdmissionRefused
 )
 
 var eventKindNames = map[EventKind]string{
@@ -51,6 +55,7 @@ var eventKindNames = map[EventKind]string{
 	EventRequestReceived:    "request_received",
 	EventPushbackSent:       "pushback_sent",
 	EventBreakerStateChange: "breaker_state_change",
+	EventAdmissionRefused:   "admission_refused",
 }
 
 func (k EventKind) String() string {
@@ -85,6 +90,8 @@ type Event struct {
 	Info Info
 	// From and To are the breaker's states (EventBreakerStateChange).
 	From, To breaker.State
+	// Admission is why a request was refused (EventAdmissionRefused).
+	Admission AdmissionReason
 }
 
 // Observer receives the interceptors' events, for metrics and logs. It is

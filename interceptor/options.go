@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -47,6 +48,7 @@ type config struct {
 	untrusted         bool
 	replayLimit       int
 	observer          Observer
+	admission         *admission.Limiter
 
 	// Test hooks: the random source for jitter, and the wait between
 	// attempts.

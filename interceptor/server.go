@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/admission"
 )
 
 // UnaryServerInterceptor returns the server interceptor for unary calls.
@@ -32,6 +34,7 @@ type server struct {
 	untrusted bool
 	observer  Observer
 	retryable uint64 // codes answered with "do not retry"; see WithCodes
+	admission *admission.Limiter
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
@@ -64,6 +67,11 @@ func (s *server) dontRetryNeeded(sc *stateCtx, method string, err error) bool {
 
 func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	sc := s.begin(ctx, info.FullMethod)
+	a, err := s.admit(sc, info.FullMethod, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer a.done(false)
 	resp, err := handler(sc, req)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		_ = grpc.SetTrailer(sc, dontRetry)

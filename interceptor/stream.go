@@ -386,7 +386,12 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 
 func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	sc := s.begin(ss.Context(), info.FullMethod)
-	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
+	a, err := s.admit(sc, info.FullMethod, ss)
+	if err != nil {
+		return err
+	}
+	defer a.done(true)
+	err = handler(srv, &serverStream{ServerStream: ss, ctx: sc})
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		ss.SetTrailer(dontRetry)
 	}
