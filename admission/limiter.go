@@ -14,9 +14,9 @@ import (
 // Defaults for the zero fields of [Config].
 const (
 	DefaultInitialLimit = 20
-	DefaultMinLimit     = 4
+	DefaultMinLimit     = 8
 	DefaultMaxLimit     = 1000
-	DefaultTolerance    = 1.5
+	DefaultTolerance    = 2.0
 	DefaultWindow       = 50 * time.Millisecond
 	DefaultRetryShare   = 0.5
 
@@ -46,7 +46,7 @@ const (
 	// half the old one before smoothing, so at most 25 % lower after it.
 	minGradient = 0.5
 	// maxGradient bounds the growth per window: latency at base with the
-	// default Tolerance gives 1.5, 10 % more after smoothing.
+	// default Tolerance gives 2, 20 % more after smoothing.
 	maxGradient = 2
 )
 
@@ -126,14 +126,14 @@ type Config struct {
 	// MinLimit is the floor of the limit: set it to the number of
 	// requests the server can serve at once (its workers) or more, so
 	// that a server that is slow rather than queueing keeps serving at
-	// full capacity. Zero means DefaultMinLimit (4). Valid: >= 1.
+	// full capacity. Zero means DefaultMinLimit (8). Valid: >= 1.
 	MinLimit int
 	// MaxLimit is the ceiling of the limit. Zero means DefaultMaxLimit
 	// (1000). Valid: >= MinLimit.
 	MaxLimit int
 	// Tolerance is how much the recent latency may exceed the long-term
-	// latency before the limit falls: 1.5 tolerates a queue half as long
-	// as the service time. Zero means DefaultTolerance (1.5). Valid: 1 to
+	// latency before the limit falls: 2 tolerates a queue as long as the
+	// service time. Zero means DefaultTolerance (2). Valid: 1 to
 	// MaxTolerance (10).
 	Tolerance float64
 	// Window is how often the limit is updated: at the end of each window
@@ -202,36 +202,39 @@ func (c *Config) resolve() error {
 // without a queue (base), and
 //
 //	gradient = clamp(Tolerance x base / short, 0.5, 2)
-//	next     = limit x gradient + sqrt(limit)
+//	next     = limit x gradient + max(1, log10(limit))
 //	limit    = limit + 0.2 x (next - limit) when next is higher, 0.5 x when lower
 //
 // So the limit settles where the queue is (Tolerance - 1) times the
-// service, plus sqrt(limit); it grows while latency is below that, by up
-// to 10 % per window plus sqrt(limit)/5 with the default Tolerance, but
+// service, plus one or two; it grows while latency is below that, by up
+// to 20 % per window plus about 0.2 with the default Tolerance, but
 // only while the server uses at least half of it; and when a queue builds
 // up it falls by up to 25 % per window: from 100 to 10 in 8 windows,
 // 400 ms. When latency recovers, short falls below base, base follows it
 // at once, and the limit grows again: from 10 to 30 in about 10 windows.
 //
-// Base is the lowest window mean, refreshed by a probe every 10 windows
-// while the limit is in use: the limit is cut to a quarter (not below
-// MinLimit) until the requests in flight are down to it, and the mean
-// latency of the next few requests becomes base. The probe drains the
-// queue, so base measures the service time and not a standing queue
-// (without it, base would drift up with the queue and the limit with it,
-// the known weakness of Gradient2); and a server that became slower, not
-// queued, gets its limit back within one probe. A probe ends after 8
-// windows at most; it costs a quarter of the throughput for about one
-// latency, every 10 windows, and only while the limit is in use.
-//
+// Base is the lowest window mean, refreshed by a probe when the latency
+// was above Tolerance x base for two windows in a row while the limit is
+// in use (at most every 10 windows): the limit is cut to a quarter (not below MinLimit) until the
+// requests in flight are down to it, and the mean latency of the next few
+// requests becomes base. The probe drains the queue, so base measures the
+// service time and not a standing queue (without it, base would drift up
+// with the queue and the limit with it, the known weakness of Gradient2);
+// and a server that became slower, not queued, gets its limit back within
+// one probe. A probe ends after 8 windows at most. A server whose latency
+// stays near base never probes.
+
 // Classes: a first attempt may use the whole limit, a retry RetryShare of
 // it, and a caller already retrying half-way between, so under overload,
 // when the limit is full, retries are refused first.
 //
-// Deadlines: a request whose remaining deadline is shorter than the least
-// latency of the last window is refused while other requests are in
-// flight (the server cannot serve it in time); with nothing in flight it
-// is admitted, so a stale estimate cannot lock the server out.
+// Deadlines: a request is refused, while other requests are in flight,
+// when its remaining deadline is shorter than the latency it can expect:
+// the least latency of the last window, or, when longer, the requests in
+// flight (itself included) times the time per request finished in the
+// last window (Little's law: what a FIFO server needs to reach it). With
+// nothing in flight it is admitted, so a stale estimate cannot lock the
+// server out.
 //
 // Acquire and Release allocate nothing; Acquire takes no lock, Release
 // takes one mutex briefly. A Limiter must be created with New.
@@ -247,6 +250,7 @@ type Limiter struct {
 	inflight atomic.Int64
 	limit    atomic.Int64
 	needed   atomic.Int64 // nanoseconds: the least latency of the last window
+	perDone  atomic.Int64 // nanoseconds per request finished in the last window
 	_        [40]byte
 	rejected [numReasons]atomic.Int64
 
@@ -256,6 +260,7 @@ type Limiter struct {
 	least       int64
 	maxInflight int64
 	windows     int     // windows since the last probe
+	wasQueued   bool    // the last window's latency was above Tolerance x base
 	base        float64 // nanoseconds: the latency without a queue
 	est         float64 // the limit, before rounding down
 
@@ -328,7 +333,7 @@ func (l *Limiter) Acquire(c Class, deadline time.Time) (Permit, error) {
 	at, now := l.now()
 	cur := l.inflight.Load()
 	if !deadline.IsZero() && cur > 0 {
-		if need := l.needed.Load(); need > 0 && int64(deadline.Sub(now)) < need {
+		if need := max(l.needed.Load(), (cur+1)*l.perDone.Load()); need > 0 && int64(deadline.Sub(now)) < need {
 			l.rejected[reasonDeadline].Add(1)
 			return Permit{}, ErrDeadline
 		}
@@ -423,6 +428,7 @@ func (l *Limiter) record(at, start, inflight int64) {
 	if age := at - l.winStart; age < w || (l.count < minSamples && age < slowWindows*w) {
 		return
 	}
+	l.perDone.Store((at - l.winStart) / l.count)
 	l.update(at)
 	l.winStart, l.sum, l.count, l.maxInflight = at, 0, 0, 0
 }
@@ -435,7 +441,7 @@ func (l *Limiter) update(at int64) {
 		l.base = short
 	}
 	gradient := min(max(l.cfg.Tolerance*l.base/short, minGradient), maxGradient)
-	next := l.est*gradient + math.Sqrt(l.est)
+	next := l.est*gradient + max(1, math.Log10(l.est))
 	used := float64(l.maxInflight)*2 >= l.est
 	if !used {
 		// The server uses less than half the limit: the latency says
@@ -450,7 +456,9 @@ func (l *Limiter) update(at int64) {
 	l.est = min(max(l.est, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
 	l.needed.Store(l.least)
 	l.windows++
-	if l.windows >= probeEvery && used {
+	queued := gradient < 1 && l.wasQueued
+	l.wasQueued = gradient < 1
+	if l.windows >= probeEvery && used && queued {
 		// Probe: quarter the limit until the queue is down to it and a
 		// few requests admitted after that have measured the latency.
 		l.windows = 0

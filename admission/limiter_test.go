@@ -118,8 +118,8 @@ func TestLimitReactsToLatencySteps(t *testing.T) {
 	s.workers = 4
 	start := s.elapsed
 	at, limits := s.run(time.Second)
-	if got := firstBelow(at, limits, before*3/4); got < 0 || got-start > 250*time.Millisecond {
-		t.Fatalf("step up: limit below %d after %v, want within 250ms (limits %v)", before*3/4, got-start, limits)
+	if got := firstBelow(at, limits, before*3/4); got < 0 || got-start > 300*time.Millisecond {
+		t.Fatalf("step up: limit below %d after %v, want within 300ms (limits %v)", before*3/4, got-start, limits)
 	}
 	if got := limits[len(limits)-1]; got > 3*s.workers {
 		t.Fatalf("step up: limit %d after 1s, want at most %d (limits %v)", got, 3*s.workers, limits)
@@ -362,5 +362,36 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	if over > 0 || l.InFlight() != 0 {
 		t.Fatalf("over the limit %d times, %d left in flight; want 0 and 0", over, l.InFlight())
+	}
+}
+
+// TestDeadlineQueue: the latency a request can expect grows with the
+// requests in flight ahead of it (Little's law): with 5 in flight, a
+// request needs 6 times the time per request finished in the last window.
+func TestDeadlineQueue(t *testing.T) {
+	l, clk := newLimiter(t, Config{MinLimit: 10})
+	for range 4 {
+		ps := fill(t, l, ClassFirst, 2)
+		clk.Advance(20 * time.Millisecond)
+		for _, p := range ps {
+			p.Release(Measured)
+		}
+	}
+	per := time.Duration(l.perDone.Load())
+	if per <= 0 || 6*per <= l.Latency() {
+		t.Fatalf("time per request %v: want > 0 and 6 times it above the least latency %v", per, l.Latency())
+	}
+	held := fill(t, l, ClassFirst, 5)
+	now := clk.Now()
+	if _, err := l.Acquire(ClassFirst, now.Add(6*per-1)); !errors.Is(err, ErrDeadline) {
+		t.Fatalf("%v left behind 5 in flight at %v each: got %v, want ErrDeadline", 6*per-1, per, err)
+	}
+	p, err := l.Acquire(ClassFirst, now.Add(6*per))
+	if err != nil {
+		t.Fatalf("%v left behind 5 in flight at %v each: got %v, want admitted", 6*per, per, err)
+	}
+	p.Release(Ignored)
+	for _, p := range held {
+		p.Release(Ignored)
 	}
 }

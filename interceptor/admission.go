@@ -12,6 +12,30 @@ import (
 	"github.com/stormguard/stormguard/admission"
 )
 
+// MetadataShed marks an answer as admission control's: the server (or,
+// passed up by the tiers above it, a server further down the chain)
+// refused the request to protect itself, and is alive. A stormguard client
+// does not count such an answer against its circuit breaker: the server's
+// own limit already sheds the load, and a breaker that opened on it would
+// refuse the share the server can still serve, and hold users out after
+// the overload ends. The retry budget still counts it as a failure.
+const MetadataShed = "x-stormguard-shed"
+
+// shedMarked reports whether trailer carries MetadataShed.
+func shedMarked(trailer metadata.MD) bool { return len(trailer[MetadataShed]) > 0 }
+
+// dontRetryShed is the "do not retry" trailer of a shed answer.
+var dontRetryShed = metadata.Pairs(MetadataPushback, "-1", MetadataShed, "1")
+
+// dontRetryTrailer returns the "do not retry" trailer for a handler's
+// answer, with MetadataShed when the call that gave up was shed.
+func (st *serverState) dontRetryTrailer() metadata.MD {
+	if st.shed.Load() {
+		return dontRetryShed
+	}
+	return dontRetry
+}
+
 // WithAdmission puts the server interceptors behind admission control: an
 // adaptive concurrency limit derived from latency (see admission.Limiter),
 // checked before the handler runs. Server side.
@@ -21,7 +45,8 @@ import (
 // the limit for the request's class (retries and callers already retrying
 // are refused first, see admission.Class), or when its remaining deadline
 // is shorter than the latency the server currently needs. A refusal is
-// codes.Unavailable with the trailer grpc-retry-pushback-ms:
+// codes.Unavailable with the trailer MetadataShed and
+// grpc-retry-pushback-ms:
 //
 //   - a delay of one current latency (at least 1 ms) when a first attempt
 //     met the limit: the server was briefly full, and a retry, here or
@@ -125,9 +150,9 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 			pb = max(l.Latency().Milliseconds(), 1)
 		}
 	}
-	md := dontRetry
+	md := dontRetryShed
 	if pb >= 0 {
-		md = metadata.Pairs(MetadataPushback, strconv.FormatInt(pb, 10))
+		md = metadata.Pairs(MetadataPushback, strconv.FormatInt(pb, 10), MetadataShed, "1")
 	}
 	if ss != nil {
 		ss.SetTrailer(md)

@@ -19,7 +19,9 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/internal/testsvc"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
@@ -396,4 +398,71 @@ func TestWithAdmissionInvalid(t *testing.T) {
 	if i := mustNew(t); i.Admission() != nil {
 		t.Fatalf("Admission without WithAdmission: got a limiter, want nil")
 	}
+}
+
+// TestAdmissionRefusalsDoNotOpenBreaker: a stormguard client does not
+// count admission refusals (MetadataShed) against its breaker: 20 refused
+// calls leave a breaker that opens at 5 failures closed.
+func TestAdmissionRefusalsDoNotOpenBreaker(t *testing.T) {
+	s := startAdmission(t, WithAdmission(fixedLimit(1)))
+	s.hold(t, s.client(t, grpc.WithDisableRetry()), 1)
+	var opened atomic.Int64
+	set, err := breaker.NewSet(breaker.Config{MinimumCalls: 5, OnStateChange: func(_ string, _, to breaker.State) {
+		if to == breaker.Open {
+			opened.Add(1)
+		}
+	}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.client(t, mustNew(t, WithMaxAttempts(1), WithBreaker(set)).DialOptions()...)
+	for i := range 20 {
+		var tr metadata.MD
+		_, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "x"}, grpc.Trailer(&tr))
+		if status.Code(err) != codes.Unavailable || len(tr.Get(MetadataShed)) == 0 {
+			t.Fatalf("call %d: got %v with trailer %v, want Unavailable marked %s", i, err, tr, MetadataShed)
+		}
+	}
+	if got := opened.Load(); got != 0 {
+		t.Fatalf("breaker opened %d times on admission refusals, want 0", got)
+	}
+}
+
+// TestAdmissionShedPassesUp: when payment's admission control refuses
+// order's call, order's answer to its caller carries MetadataShed with
+// "do not retry", so the tiers above keep their breakers closed too.
+func TestAdmissionShedPassesUp(t *testing.T) {
+	c := testsvc.New(t, testsvc.Config{
+		Tiers: []string{"order", "payment"},
+		DialOptions: func(int) []grpc.DialOption {
+			return mustNew(t, noWait).DialOptions()
+		},
+		ServerOptions: func(tier int) []grpc.ServerOption {
+			if tier == 1 {
+				return mustNew(t, WithAdmission(fixedLimit(1))).ServerOptions()
+			}
+			return mustNew(t).ServerOptions()
+		},
+	})
+	pay := c.Tier("payment")
+	pay.SetPool(testsvc.Pool{Workers: 1, Service: time.Hour})
+	t.Cleanup(pay.StopPool)
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Client().Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "held"})
+		held <- err
+	}()
+	for i := 0; pay.Received(testsvc.Unary) == 0 && i < 10000; i++ {
+		time.Sleep(time.Millisecond)
+	}
+	var tr metadata.MD
+	_, err := c.Client().Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "shed"}, grpc.Trailer(&tr))
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("got %v, want Unavailable", err)
+	}
+	if got := pushbackOf(tr); got != "-1" || len(tr.Get(MetadataShed)) == 0 {
+		t.Fatalf("order's trailer %v: want pushback -1 and %s", tr, MetadataShed)
+	}
+	pay.StopPool()
+	<-held
 }

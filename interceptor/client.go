@@ -122,6 +122,7 @@ type call struct {
 	// timedOut: the last attempt's own per-attempt timeout expired (unary
 	// only), which alone makes DeadlineExceeded retryable.
 	timedOut bool
+	shed     bool // the last attempt was refused by admission control
 }
 
 // retryable reports whether an attempt that ended with code may be
@@ -238,11 +239,12 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	dontRetry := err != nil && hasPB && pb < 0
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && c.timedOut) || (dontRetry && c.retryable(code))
+	c.shed = err != nil && shedMarked(trailer)
 	switch {
 	case callerDone && err != nil:
 		permit.Done(breaker.Ignored)
 		return pb, hasPB
-	case dontRetry && permit.Probe():
+	case c.shed || dontRetry && permit.Probe():
 		permit.Done(breaker.Ignored)
 	case failure:
 		permit.Done(breaker.Failure)
@@ -330,6 +332,7 @@ func (c *call) giveUp(reason StopReason) {
 	}
 	if c.st != nil {
 		c.st.gaveUp.Store(true)
+		c.st.shed.Store(c.shed)
 	}
 	code := codes.Unavailable // what an open breaker answers before any attempt
 	if c.last != nil {

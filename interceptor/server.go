@@ -74,7 +74,7 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	defer a.done(false)
 	resp, err := handler(sc, req)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
-		_ = grpc.SetTrailer(sc, dontRetry)
+		_ = grpc.SetTrailer(sc, sc.st.dontRetryTrailer())
 	}
 	return resp, err
 }

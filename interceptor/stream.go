@@ -393,7 +393,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	defer a.done(true)
 	err = handler(srv, &serverStream{ServerStream: ss, ctx: sc})
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
-		ss.SetTrailer(dontRetry)
+		ss.SetTrailer(sc.st.dontRetryTrailer())
 	}
 	return err
 }

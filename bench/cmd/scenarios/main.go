@@ -21,7 +21,7 @@ import (
 
 func main() {
 	stacksRE := flag.String("stacks", "", "run only the stacks whose name matches this regexp")
-	scenRE := flag.String("scenarios", "", "run only the scenarios whose name matches this regexp: down-one, down-sustained, flaky, capacity, kill")
+	scenRE := flag.String("scenarios", "", "run only the scenarios whose name matches this regexp: down-one, down-sustained, flaky, capacity, kill, slow")
 	seed := flag.Uint64("seed", bench.DefaultParams.Seed, "seed of the random faults")
 	flag.Parse()
 	sre, err := regexp.Compile(*stacksRE)
@@ -141,6 +141,11 @@ func run(w io.Writer, stacks []bench.Stack, p bench.Params, only *regexp.Regexp)
 			p.KillUsers, p.KillDeadline, p.KillWarmup, p.KillFor)
 		fmt.Fprintf(w, "Recovery: from the restart to the first 100 ms bucket (by request start) that begins a run of 10 buckets each with >= 99 %% success.\n\n")
 		t.write(w)
+	}
+	if only.MatchString("slow") {
+		if err := runSlow(w, p.Seed); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(w, "Scenario run took %v.\n", time.Since(began).Round(time.Second))
 	return nil
