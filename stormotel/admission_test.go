@@ -44,9 +44,9 @@ func TestAdmission(t *testing.T) {
 	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventRequestReceived})
 
 	want := map[string]string{
-		"stormguard.admission.limit{stormguard.admission.server=payment}":                         "3",
-		"stormguard.admission.in_flight{stormguard.admission.server=payment}":                     "1",
-		"stormguard.admission.latency{stormguard.admission.server=payment}":                       "0",
+		"stormguard.admission.limit{stormguard.admission.server=payment}":                        "3",
+		"stormguard.admission.in_flight{stormguard.admission.server=payment}":                    "1",
+		"stormguard.admission.latency{stormguard.admission.server=payment}":                      "0",
 		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=caller_gone}": "1",
 		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=limit}":       "1",
 		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=other}":       "1",
