@@ -14,7 +14,7 @@ import (
 // Defaults for the zero fields of [Config].
 const (
 	DefaultInitialLimit = 20
-	DefaultMinLimit     = 8
+	DefaultMinLimit     = 16
 	DefaultMaxLimit     = 1000
 	DefaultTolerance    = 2.0
 	DefaultWindow       = 50 * time.Millisecond
@@ -123,10 +123,13 @@ type Config struct {
 	// means DefaultInitialLimit (20). Valid: MinLimit <= InitialLimit <=
 	// MaxLimit.
 	InitialLimit int
-	// MinLimit is the floor of the limit: set it to the number of
-	// requests the server can serve at once (its workers) or more, so
-	// that a server that is slow rather than queueing keeps serving at
-	// full capacity. Zero means DefaultMinLimit (8). Valid: >= 1.
+	// MinLimit is the floor of the limit and of its probes. Set it near
+	// the number of requests the server serves at once (its workers):
+	// below, a server that became slow rather than queued serves under
+	// its capacity; far above, up to about twice MinLimit requests may
+	// wait in a queue inside the server (the deadline rule still refuses
+	// those that would miss their deadline). Zero means DefaultMinLimit
+	// (16). Valid: >= 1.
 	MinLimit int
 	// MaxLimit is the ceiling of the limit. Zero means DefaultMaxLimit
 	// (1000). Valid: >= MinLimit.

@@ -84,16 +84,16 @@ func firstAtLeast(at []time.Duration, limits []int, v int) time.Duration {
 // TestLimitSettles: on a server with 10 workers that its clients always
 // fill, the limit settles where the queue stays short: at least the
 // workers, at most a queue of twice them, but for the probes (a quarter,
-// not below MinLimit).
+// not below MinLimit, here 4: below the workers, so that probes drain).
 func TestLimitSettles(t *testing.T) {
-	l, clk := newLimiter(t, Config{})
+	l, clk := newLimiter(t, Config{MinLimit: 4})
 	s := &server{t: t, l: l, clk: clk, workers: 10, service: 10 * time.Millisecond}
 	s.run(3 * time.Second)
 	_, limits := s.run(2 * time.Second)
 	in := 0
 	for i, got := range limits {
-		if got < DefaultMinLimit || got > 30 {
-			t.Fatalf("round %d of the steady state: limit %d, want %d to 30 (limits %v)", i, got, DefaultMinLimit, limits)
+		if got < 4 || got > 30 {
+			t.Fatalf("round %d of the steady state: limit %d, want 4 to 30 (limits %v)", i, got, limits)
 		}
 		if got >= 10 {
 			in++
