@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -144,7 +145,7 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 		return admitted{p: p}, nil
 	}
 	reason, pb, msg := AdmissionDeadline, int64(-1), "stormguard: admission: deadline shorter than the server's current latency"
-	if err == admission.ErrLimit {
+	if errors.Is(err, admission.ErrLimit) {
 		reason, msg = AdmissionLimit, "stormguard: admission: concurrency limit reached"
 		if class == admission.ClassFirst {
 			pb = max(l.Latency().Milliseconds(), 1)
