@@ -84,6 +84,7 @@ func exported(t *testing.T) map[string][]string {
 		_, _ = c.Client().Unary(ctx, &testsvcv1.UnaryRequest{})
 		cancel()
 	}
+	exportAdmission(t, mp)
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -128,6 +129,10 @@ var wantSeries = []string{
 	"stormguard_breaker_transitions_total",
 	"stormguard_budget_ratio",
 	"stormguard_throttle_tokens",
+	"stormguard_admission_limit",
+	"stormguard_admission_in_flight",
+	"stormguard_admission_latency_seconds",
+	"stormguard_admission_refusals_total",
 }
 
 func TestExportedNames(t *testing.T) {

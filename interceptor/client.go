@@ -91,6 +91,7 @@ type call struct {
 	// answered: a stream's target answered (a header or a message), so
 	// that running into the caller's deadline later is no sign of a hang.
 	answered atomic.Bool
+	shed     bool // the last attempt was refused by admission control
 }
 
 // retryable reports whether an attempt that ended with code may be
@@ -220,6 +221,7 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	dontRetry := err != nil && hasPB && pb < 0
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && c.timedOut) || (dontRetry && c.retryable(code))
+	c.shed = err != nil && shedMarked(trailer)
 	ignored := false
 	if err != nil && c.ctx.Err() != nil {
 		// The caller's context ended: a hang until its deadline is the
@@ -230,13 +232,15 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 			ignored = true
 		}
 	}
-	c.settleAdaptive(err, failure, dontRetry, ignored)
+	// A refusal by the target's admission control is overload, whatever
+	// its pushback says.
+	c.settleAdaptive(err, failure, dontRetry && !c.shed, ignored)
 	if ignored {
 		permit.Done(breaker.Ignored)
 		return pb, hasPB
 	}
 	switch {
-	case dontRetry && permit.Probe():
+	case c.shed || dontRetry && permit.Probe():
 		permit.Done(breaker.Ignored)
 	case failure:
 		permit.Done(breaker.Failure)
@@ -351,6 +355,7 @@ func (c *call) giveUp(reason StopReason) {
 	}
 	if c.st != nil {
 		c.st.gaveUp.Store(true)
+		c.st.shed.Store(c.shed)
 	}
 	code := codes.Unavailable // what an open breaker answers before any attempt
 	if c.last != nil {

@@ -62,6 +62,7 @@ type Info struct {
 type serverState struct {
 	info   Info
 	gaveUp atomic.Bool
+	shed   atomic.Bool // the call that gave up was refused by admission control
 }
 
 type stateKey struct{}

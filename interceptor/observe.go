@@ -61,6 +61,10 @@ const (
 	// into adaptive.Config.OnDown.
 	EventTargetDown
 	EventTargetUp
+	// EventAdmissionRefused: admission control (WithAdmission) refused a
+	// request before its handler for Admission; Code is the answer's and
+	// Delay the pushback sent (negative: "do not retry").
+	EventAdmissionRefused
 )
 
 var eventKindNames = map[EventKind]string{
@@ -76,6 +80,7 @@ var eventKindNames = map[EventKind]string{
 	EventProbe:              "probe",
 	EventTargetDown:         "target_down",
 	EventTargetUp:           "target_up",
+	EventAdmissionRefused:   "admission_refused",
 }
 
 func (k EventKind) String() string {
@@ -113,6 +118,8 @@ type Event struct {
 	// Probability is the adaptive throttle's shedding probability
 	// (EventThrottled).
 	Probability float64
+	// Admission is why a request was refused (EventAdmissionRefused).
+	Admission AdmissionReason
 }
 
 // Observer receives the interceptors' events, for metrics and logs. It is

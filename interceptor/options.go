@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -70,6 +71,7 @@ type config struct {
 	ignoreEnvoy       bool // see WithEnvoyAttemptCount
 	replayLimit       int
 	observer          Observer
+	admission         *admission.Limiter
 
 	// limiterBy names the retry limiter option that set limiters, to
 	// refuse a second one.

@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/admission"
 )
 
 // UnaryServerInterceptor returns the server interceptor for unary calls.
@@ -34,6 +36,7 @@ type server struct {
 	retryable uint64 // codes answered with "do not retry"; see WithCodes
 
 	ignoreEnvoy bool // WithEnvoyAttemptCount(false)
+	admission   *admission.Limiter
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
@@ -70,24 +73,29 @@ func (s *server) dontRetryNeeded(sc *stateCtx, method string, err error) bool {
 
 func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
 	sc := s.begin(ctx, info.FullMethod)
+	a, err := s.admit(sc, info.FullMethod, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer a.done(false)
 	returned := false
 	defer func() {
 		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
-			_ = grpc.SetTrailer(sc, dontRetry)
+			_ = grpc.SetTrailer(sc, sc.st.dontRetryTrailer())
 		}
 	}()
 	resp, err = handler(sc, req)
 	returned = true
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
-		_ = grpc.SetTrailer(sc, dontRetry)
+		_ = grpc.SetTrailer(sc, sc.st.dontRetryTrailer())
 	}
 	return resp, err
 }
 
 // dontRetryOnPanic reports whether a handler that panics must still send
 // the "do not retry" trailer: one of its calls gave up. The interceptors
-// set it from a deferred function and let the panic go on. A recovery interceptor further out may turn the panic into
-// a retryable code; without the trailer the tier above would retry a
+// set it from a deferred function and let the panic go on. A recovery
+// interceptor further out may turn the panic into a retryable code; without the trailer the tier above would retry a
 // request this tier already retried. The code is unknown here, so the
 // trailer goes out whatever it will be (a caller ignores it on a code it
 // does not retry anyway).
@@ -126,16 +134,21 @@ func (s *serverStream) Context() context.Context { return s.ctx }
 
 func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	sc := s.begin(ss.Context(), info.FullMethod)
+	a, err := s.admit(sc, info.FullMethod, ss)
+	if err != nil {
+		return err
+	}
+	defer a.done(true)
 	returned := false
 	defer func() {
 		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
-			ss.SetTrailer(dontRetry)
+			ss.SetTrailer(sc.st.dontRetryTrailer())
 		}
 	}()
-	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
+	err = handler(srv, &serverStream{ServerStream: ss, ctx: sc})
 	returned = true
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
-		ss.SetTrailer(dontRetry)
+		ss.SetTrailer(sc.st.dontRetryTrailer())
 	}
 	return err
 }

@@ -25,7 +25,8 @@ type Capacity struct {
 type faults struct {
 	down    atomic.Int32 // 0: up; otherwise the code + 1 that every call gets
 	flakyP  atomic.Uint64
-	latency atomic.Int64 // nanoseconds
+	latency atomic.Int64         // nanoseconds
+	pool    atomic.Pointer[pool] // see SetPool
 
 	capMu     sync.Mutex
 	capacity  Capacity

@@ -105,6 +105,9 @@ func (h *handler) Unary(ctx context.Context, req *testsvcv1.UnaryRequest) (*test
 		}
 		return resp, nil
 	}
+	if err := h.tier.faults.serve(); err != nil {
+		return nil, err
+	}
 	return &testsvcv1.UnaryResponse{Id: req.GetId(), Payload: req.GetPayload(), ServedBy: h.tier.name}, nil
 }
 

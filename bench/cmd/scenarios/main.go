@@ -21,7 +21,7 @@ import (
 
 func main() {
 	stacksRE := flag.String("stacks", "", "run only the stacks whose name matches this regexp")
-	scenRE := flag.String("scenarios", "", "run only the scenarios whose name matches this regexp: down-one, down-sustained, flaky, capacity, kill, outage-after-healthy, partial-loss")
+	scenRE := flag.String("scenarios", "", "run only the scenarios whose name matches this regexp: down-one, down-sustained, flaky, capacity, kill, outage-after-healthy, partial-loss, slow")
 	seed := flag.Uint64("seed", bench.DefaultParams.Seed, "seed of the random faults")
 	flag.Parse()
 	sre, err := regexp.Compile(*stacksRE)
@@ -144,6 +144,11 @@ func run(w io.Writer, stacks []bench.Stack, p bench.Params, only *regexp.Regexp)
 	}
 	if err := incidents(w, stacks, p.Seed, only); err != nil {
 		return err
+	}
+	if only.MatchString("slow") {
+		if err := runSlow(w, p.Seed); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(w, "Scenario run took %v.\n", time.Since(began).Round(time.Second))
 	return nil

@@ -1,0 +1,468 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/internal/clock"
+	"github.com/stormguard/stormguard/internal/testsvc"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+)
+
+// gateServer is a test service whose handlers block until the gate opens;
+// entered receives one value per handler that started.
+type gateServer struct {
+	testsvcv1.UnimplementedTestServiceServer
+	gate    chan struct{}
+	entered chan struct{}
+	runs    atomic.Int64
+}
+
+func (g *gateServer) wait(ctx context.Context) error {
+	g.runs.Add(1)
+	g.entered <- struct{}{}
+	select {
+	case <-g.gate:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (g *gateServer) Unary(ctx context.Context, req *testsvcv1.UnaryRequest) (*testsvcv1.UnaryResponse, error) {
+	if err := g.wait(ctx); err != nil {
+		return nil, err
+	}
+	return &testsvcv1.UnaryResponse{Id: req.GetId()}, nil
+}
+
+func (g *gateServer) ServerStream(req *testsvcv1.ServerStreamRequest, s grpc.ServerStreamingServer[testsvcv1.ServerStreamResponse]) error {
+	if err := g.wait(s.Context()); err != nil {
+		return err
+	}
+	return s.Send(&testsvcv1.ServerStreamResponse{})
+}
+
+// admissionServer serves a gateServer over bufconn behind the server
+// interceptors of i, with a counter of the requests that arrived in front
+// of them.
+type admissionServer struct {
+	*gateServer
+	i       *Interceptors
+	arrived atomic.Int64
+	lis     *bufconn.Listener
+}
+
+func startAdmission(t *testing.T, opts ...Option) *admissionServer {
+	t.Helper()
+	s := &admissionServer{
+		gateServer: &gateServer{gate: make(chan struct{}), entered: make(chan struct{}, 16)},
+		i:          mustNew(t, opts...),
+		lis:        bufconn.Listen(1 << 20),
+	}
+	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		s.arrived.Add(1)
+		return h(ctx, req)
+	}
+	srv := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(count, s.i.UnaryServer()),
+		grpc.ChainStreamInterceptor(s.i.StreamServer()),
+	)
+	testsvcv1.RegisterTestServiceServer(srv, s.gateServer)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(s.lis)
+	}()
+	t.Cleanup(func() {
+		s.open()
+		srv.Stop()
+		<-done
+	})
+	return s
+}
+
+// open lets every blocked handler finish, once.
+var openMu sync.Mutex
+
+func (g *gateServer) open() {
+	openMu.Lock()
+	defer openMu.Unlock()
+	select {
+	case <-g.gate:
+	default:
+		close(g.gate)
+	}
+}
+
+func (s *admissionServer) client(t *testing.T, opts ...grpc.DialOption) testsvcv1.TestServiceClient {
+	t.Helper()
+	opts = append([]grpc.DialOption{
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecureCreds()),
+	}, opts...)
+	cc, err := grpc.NewClient("passthrough:///bufnet", opts...)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	return testsvcv1.NewTestServiceClient(cc)
+}
+
+// hold starts n unary calls that block in the handler, and returns once
+// all are inside it; the calls end when the gate opens.
+func (s *admissionServer) hold(t *testing.T, c testsvcv1.TestServiceClient, n int) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = c.Unary(ctx, &testsvcv1.UnaryRequest{Id: "held"})
+		}()
+	}
+	for range n {
+		select {
+		case <-s.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("held calls did not reach the handler")
+		}
+	}
+	t.Cleanup(func() { s.open(); wg.Wait() })
+	return &wg
+}
+
+// pushbackOf returns the pushback trailer, or "" when none.
+func pushbackOf(tr metadata.MD) string {
+	if v := tr.Get(MetadataPushback); len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}
+
+// fixedLimit is a limit of n that does not move.
+func fixedLimit(n int) admission.Config {
+	return admission.Config{InitialLimit: n, MinLimit: n, MaxLimit: n}
+}
+
+// TestAdmissionShedsRetriesFirst: with a limit of 4 (retries may use 2),
+// a retry is refused with "do not retry" once 2 requests are in flight,
+// while a first attempt is admitted; at 4, a first attempt is refused with
+// a positive pushback. Refused requests never reach the handler.
+func TestAdmissionShedsRetriesFirst(t *testing.T) {
+	s := startAdmission(t, WithAdmission(fixedLimit(4)))
+	c := s.client(t, grpc.WithDisableRetry())
+	s.hold(t, c, 2)
+
+	retry := metadata.AppendToOutgoingContext(ctxTimeout(t, 10*time.Second), MetadataAttempt, "1")
+	var tr metadata.MD
+	_, err := c.Unary(retry, &testsvcv1.UnaryRequest{Id: "retry"}, grpc.Trailer(&tr))
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("retry at 2 of 4: got %v, want Unavailable", err)
+	}
+	if got := pushbackOf(tr); got != "-1" {
+		t.Fatalf("retry at 2 of 4: pushback %q, want -1", got)
+	}
+	upstream := metadata.AppendToOutgoingContext(ctxTimeout(t, 10*time.Second), MetadataUpstreamRetries, "2")
+	s.hold(t, c, 1) // a first attempt is admitted: 3 in flight
+	if _, err := c.Unary(upstream, &testsvcv1.UnaryRequest{Id: "upstream"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("caller retrying at 3 of 4: got %v, want Unavailable", err)
+	}
+	s.hold(t, c, 1) // 4 in flight
+	tr = nil
+	_, err = c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "first"}, grpc.Trailer(&tr))
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("first attempt at 4 of 4: got %v, want Unavailable", err)
+	}
+	if ms, err := strconv.Atoi(pushbackOf(tr)); err != nil || ms < 1 {
+		t.Fatalf("first attempt at 4 of 4: pushback %q, want >= 1 ms", pushbackOf(tr))
+	}
+	if got := s.runs.Load(); got != 4 {
+		t.Fatalf("handler runs: got %d, want 4 (the held calls only)", got)
+	}
+	st := s.i.Admission().Stats()
+	if st.InFlight != 4 || st.RejectedLimit != 3 {
+		t.Fatalf("stats: got %+v, want 4 in flight and 3 refused at the limit", st)
+	}
+}
+
+// TestAdmissionReleases: a finished unary call and a finished stream free
+// their slots.
+func TestAdmissionReleases(t *testing.T) {
+	s := startAdmission(t, WithAdmission(fixedLimit(1)))
+	c := s.client(t, grpc.WithDisableRetry())
+	s.open()
+	for i := range 3 {
+		if _, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "x"}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		<-s.entered
+		st, err := c.ServerStream(ctxTimeout(t, 10*time.Second), &testsvcv1.ServerStreamRequest{})
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		for err == nil {
+			_, err = st.Recv()
+		}
+		if status.Code(err) != codes.OK && !errors.Is(err, io.EOF) {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		<-s.entered
+	}
+	if got := s.i.Admission().InFlight(); got != 0 {
+		t.Fatalf("in flight after the calls: got %d, want 0", got)
+	}
+}
+
+// TestAdmissionStreamRefused: a stream over the limit is refused before
+// its handler, with the pushback trailer.
+func TestAdmissionStreamRefused(t *testing.T) {
+	s := startAdmission(t, WithAdmission(fixedLimit(1)))
+	c := s.client(t, grpc.WithDisableRetry())
+	s.hold(t, c, 1)
+	st, err := c.ServerStream(ctxTimeout(t, 10*time.Second), &testsvcv1.ServerStreamRequest{})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("stream at 1 of 1: got %v, want Unavailable", err)
+	}
+	if ms, perr := strconv.Atoi(pushbackOf(st.Trailer())); perr != nil || ms < 1 {
+		t.Fatalf("stream at 1 of 1: pushback %q, want >= 1 ms", pushbackOf(st.Trailer()))
+	}
+	if got := s.runs.Load(); got != 1 {
+		t.Fatalf("handler runs: got %d, want 1", got)
+	}
+}
+
+// TestAdmissionDeadline: when the server needs an hour per request and
+// one is in flight, a request with 10 s left is refused with "do not
+// retry"; one without a deadline is admitted.
+func TestAdmissionDeadline(t *testing.T) {
+	// The fake clock ends up at about the real time, which the RPC's
+	// deadline is measured in.
+	clk := clock.NewFake(time.Now().Add(-8 * time.Hour))
+	s := startAdmission(t, WithAdmission(admission.Config{Clock: clk}))
+	l := s.i.Admission()
+	for range 8 {
+		p, err := l.Acquire(admission.ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Hour)
+		p.Release(admission.Measured)
+	}
+	if got := l.Latency(); got != time.Hour {
+		t.Fatalf("Latency: got %v, want 1h", got)
+	}
+	c := s.client(t, grpc.WithDisableRetry())
+	s.hold(t, c, 1) // admitted: nothing was in flight
+	var tr metadata.MD
+	_, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "short"}, grpc.Trailer(&tr))
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("10s left, 1h needed: got %v, want Unavailable", err)
+	}
+	if got := pushbackOf(tr); got != "-1" {
+		t.Fatalf("10s left, 1h needed: pushback %q, want -1", got)
+	}
+	if got := l.Stats().RejectedDeadline; got != 1 {
+		t.Fatalf("RejectedDeadline: got %d, want 1", got)
+	}
+}
+
+// TestAdmissionCallerGone: a request whose caller is gone is refused
+// before the handler, with the context's code.
+func TestAdmissionCallerGone(t *testing.T) {
+	var events []Event
+	i := mustNew(t, WithAdmission(admission.Config{}), WithObserver(observerFunc(func(_ context.Context, e Event) { events = append(events, e) })))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	_, err := i.UnaryServer()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/svc/M"}, func(context.Context, any) (any, error) {
+		ran = true
+		return nil, nil
+	})
+	if got := status.Code(err); got != codes.Canceled || ran {
+		t.Fatalf("canceled caller: got %v (handler ran: %v), want Canceled before the handler", err, ran)
+	}
+	dctx, dcancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer dcancel()
+	_, err = i.UnaryServer()(dctx, nil, &grpc.UnaryServerInfo{FullMethod: "/svc/M"}, func(context.Context, any) (any, error) {
+		ran = true
+		return nil, nil
+	})
+	if got := status.Code(err); got != codes.DeadlineExceeded || ran {
+		t.Fatalf("expired caller: got %v (handler ran: %v), want DeadlineExceeded before the handler", err, ran)
+	}
+	var refused []AdmissionReason
+	for _, e := range events {
+		if e.Kind == EventAdmissionRefused {
+			refused = append(refused, e.Admission)
+		}
+	}
+	if len(refused) != 2 || refused[0] != AdmissionCallerGone || refused[1] != AdmissionCallerGone {
+		t.Fatalf("refusal events: got %v, want two caller_gone", refused)
+	}
+	if got := i.Admission().InFlight(); got != 0 {
+		t.Fatalf("in flight: got %d, want 0", got)
+	}
+}
+
+type observerFunc func(context.Context, Event)
+
+func (f observerFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// TestAdmissionStormguardClient: stormguard's client waits the pushback of
+// a refused first attempt, retries once, and stops on the retry's "do not
+// retry": 2 attempts, no handler run.
+func TestAdmissionStormguardClient(t *testing.T) {
+	s := startAdmission(t, WithAdmission(fixedLimit(2)))
+	s.hold(t, s.client(t, grpc.WithDisableRetry()), 2)
+	var sl sleeps
+	c := s.client(t, mustNew(t, sl.option()).DialOptions()...)
+	before := s.arrived.Load()
+	_, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "x"})
+	var se *Error
+	if !errors.As(err, &se) || se.Reason != StopPushback || se.Attempts != 2 {
+		t.Fatalf("got %v, want 2 attempts stopped by the pushback", err)
+	}
+	if got := s.arrived.Load() - before; got != 2 {
+		t.Fatalf("attempts at the server: got %d, want 2", got)
+	}
+	if len(sl.d) != 1 || sl.d[0] < time.Millisecond {
+		t.Fatalf("waits: got %v, want one of the pushback (>= 1ms)", sl.d)
+	}
+}
+
+// TestAdmissionGRPCRetry: grpc-go's built-in retry (3 attempts,
+// UNAVAILABLE) honours the pushback: it retries the refused first attempt
+// after the delay and stops at the retry's -1.
+func TestAdmissionGRPCRetry(t *testing.T) {
+	s := startAdmission(t, WithAdmission(fixedLimit(2)))
+	s.hold(t, s.client(t, grpc.WithDisableRetry()), 2)
+	c := s.client(t, grpc.WithDefaultServiceConfig(`{"methodConfig":[{"name":[{"service":"stormguard.testsvc.v1.TestService"}],
+		"retryPolicy":{"maxAttempts":3,"initialBackoff":"0.01s","maxBackoff":"0.1s","backoffMultiplier":2,"retryableStatusCodes":["UNAVAILABLE"]}}]}`))
+	before := s.arrived.Load()
+	_, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "x"})
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("got %v, want Unavailable", err)
+	}
+	if got := s.arrived.Load() - before; got != 2 {
+		t.Fatalf("attempts at the server: got %d, want 2 (first, then one retry stopped by -1)", got)
+	}
+}
+
+// TestAdmissionGGMRetry: go-grpc-middleware's retry ignores pushback; it
+// makes its 3 attempts, and both retries are refused in the retry class
+// before the handler.
+func TestAdmissionGGMRetry(t *testing.T) {
+	s := startAdmission(t, WithAdmission(fixedLimit(2)))
+	s.hold(t, s.client(t, grpc.WithDisableRetry()), 2)
+	c := s.client(t, grpc.WithDisableRetry(), grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
+		retry.WithMax(3), retry.WithCodes(codes.Unavailable), retry.WithBackoff(retry.BackoffLinear(time.Millisecond)))))
+	before := s.arrived.Load()
+	_, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "x"})
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("got %v, want Unavailable", err)
+	}
+	if got := s.arrived.Load() - before; got != 3 {
+		t.Fatalf("attempts at the server: got %d, want 3", got)
+	}
+	if got := s.runs.Load(); got != 2 {
+		t.Fatalf("handler runs: got %d, want 2 (the held calls)", got)
+	}
+}
+
+func TestWithAdmissionInvalid(t *testing.T) {
+	if _, err := New(WithAdmission(admission.Config{MinLimit: -1})); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("New(WithAdmission(MinLimit -1)): got %v, want ErrInvalidOption", err)
+	}
+	if i := mustNew(t); i.Admission() != nil {
+		t.Fatalf("Admission without WithAdmission: got a limiter, want nil")
+	}
+}
+
+// TestAdmissionRefusalsDoNotOpenBreaker: a stormguard client does not
+// count admission refusals (MetadataShed) against its breaker: 20 refused
+// calls leave a breaker that opens at 5 failures closed.
+func TestAdmissionRefusalsDoNotOpenBreaker(t *testing.T) {
+	s := startAdmission(t, WithAdmission(fixedLimit(1)))
+	s.hold(t, s.client(t, grpc.WithDisableRetry()), 1)
+	var opened atomic.Int64
+	set, err := breaker.NewSet(breaker.Config{MinimumCalls: 5, OnStateChange: func(_ string, _, to breaker.State) {
+		if to == breaker.Open {
+			opened.Add(1)
+		}
+	}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.client(t, mustNew(t, WithMaxAttempts(1), WithBreaker(set)).DialOptions()...)
+	for i := range 20 {
+		var tr metadata.MD
+		_, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "x"}, grpc.Trailer(&tr))
+		if status.Code(err) != codes.Unavailable || len(tr.Get(MetadataShed)) == 0 {
+			t.Fatalf("call %d: got %v with trailer %v, want Unavailable marked %s", i, err, tr, MetadataShed)
+		}
+	}
+	if got := opened.Load(); got != 0 {
+		t.Fatalf("breaker opened %d times on admission refusals, want 0", got)
+	}
+}
+
+// TestAdmissionShedPassesUp: when payment's admission control refuses
+// order's call, order's answer to its caller carries MetadataShed with
+// "do not retry", so the tiers above keep their breakers closed too.
+func TestAdmissionShedPassesUp(t *testing.T) {
+	c := testsvc.New(t, testsvc.Config{
+		Tiers: []string{"order", "payment"},
+		DialOptions: func(int) []grpc.DialOption {
+			return mustNew(t, noWait).DialOptions()
+		},
+		ServerOptions: func(tier int) []grpc.ServerOption {
+			if tier == 1 {
+				return mustNew(t, WithAdmission(fixedLimit(1))).ServerOptions()
+			}
+			return mustNew(t).ServerOptions()
+		},
+	})
+	pay := c.Tier("payment")
+	pay.SetPool(testsvc.Pool{Workers: 1, Service: time.Hour})
+	t.Cleanup(pay.StopPool)
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.Client().Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "held"})
+		held <- err
+	}()
+	for i := 0; pay.Received(testsvc.Unary) == 0 && i < 10000; i++ {
+		time.Sleep(time.Millisecond)
+	}
+	var tr metadata.MD
+	_, err := c.Client().Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "shed"}, grpc.Trailer(&tr))
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("got %v, want Unavailable", err)
+	}
+	if got := pushbackOf(tr); got != "-1" || len(tr.Get(MetadataShed)) == 0 {
+		t.Fatalf("order's trailer %v: want pushback -1 and %s", tr, MetadataShed)
+	}
+	pay.StopPool()
+	<-held
+}

@@ -1,0 +1,128 @@
+package stormotel
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+
+	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/interceptor"
+)
+
+// The attribute keys of the admission instruments.
+const (
+	// ServerKey names the server whose admission limiter a gauge reports,
+	// as given to Admission.Track.
+	ServerKey = attribute.Key("stormguard.admission.server")
+	// AdmissionReasonKey is why admission control refused a request:
+	// "limit", "deadline" or "caller_gone".
+	AdmissionReasonKey = attribute.Key("stormguard.admission.reason")
+)
+
+// Admission reports server-side admission control (interceptor.WithAdmission):
+//
+//	stormguard.admission.limit      gauge    the concurrency limit, per server
+//	stormguard.admission.in_flight  gauge    requests admitted and not finished, per server
+//	stormguard.admission.latency    gauge    s, the least latency of the limiter's last window, per server
+//	stormguard.admission.refusals   counter  requests refused before the handler, by reason
+//
+// Install it as an observer of the server interceptors, next to Metrics
+// (interceptor.Observers(m, a)), and call Track for the gauges. It is safe
+// for concurrent use; create it with NewAdmission, once per MeterProvider.
+type Admission struct {
+	limit    metric.Int64ObservableGauge
+	inflight metric.Int64ObservableGauge
+	latency  metric.Float64ObservableGauge
+	refusals metric.Int64Counter
+	reg      metric.Registration
+	reasons  [4]attrOpts // by interceptor.AdmissionReason; 0 is "other"
+
+	mu      sync.Mutex
+	servers []trackedServer
+}
+
+type trackedServer struct {
+	attrs metric.MeasurementOption
+	l     *admission.Limiter
+}
+
+var _ interceptor.Observer = (*Admission)(nil)
+
+// NewAdmission creates the admission instruments on a meter of mp named
+// ScopeName; nil means the global MeterProvider.
+func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	a := &Admission{}
+	var errs []error
+	var err error
+	a.limit, err = meter.Int64ObservableGauge("stormguard.admission.limit", metric.WithUnit("{request}"),
+		metric.WithDescription("The admission limiter's concurrency limit, per server."))
+	errs = append(errs, err)
+	a.inflight, err = meter.Int64ObservableGauge("stormguard.admission.in_flight", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests admitted and not finished, per server."))
+	errs = append(errs, err)
+	a.latency, err = meter.Float64ObservableGauge("stormguard.admission.latency", metric.WithUnit("s"),
+		metric.WithDescription("The least latency of the admission limiter's last window: what a request needs at least, per server."))
+	errs = append(errs, err)
+	a.refusals, err = meter.Int64Counter("stormguard.admission.refusals", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests refused by admission control before their handler, by reason."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for r, name := range []string{"other", "limit", "deadline", "caller_gone"} {
+		a.reasons[r] = newAttrOpts(semconv.RPCSystemGRPC, AdmissionReasonKey.String(name))
+	}
+	a.reg, err = meter.RegisterCallback(a.collect, a.limit, a.inflight, a.latency)
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Track reports the admission limiter of i (if it has one) under the
+// name server, from the next collection on.
+func (a *Admission) Track(server string, i *interceptor.Interceptors) {
+	if i == nil || i.Admission() == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.servers = append(a.servers, trackedServer{attrs: metric.WithAttributes(ServerKey.String(server)), l: i.Admission()})
+}
+
+// Close unregisters the gauges' callback.
+func (a *Admission) Close() error { return a.reg.Unregister() }
+
+// Observe counts EventAdmissionRefused; it ignores the other events. It
+// implements interceptor.Observer.
+func (a *Admission) Observe(ctx context.Context, e interceptor.Event) {
+	if e.Kind != interceptor.EventAdmissionRefused {
+		return
+	}
+	r := int(e.Admission)
+	if r < 0 || r >= len(a.reasons) {
+		r = 0
+	}
+	a.refusals.Add(ctx, 1, a.reasons[r].add...)
+}
+
+func (a *Admission) collect(_ context.Context, o metric.Observer) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, s := range a.servers {
+		st := s.l.Stats()
+		o.ObserveInt64(a.limit, int64(st.Limit), s.attrs)
+		o.ObserveInt64(a.inflight, int64(st.InFlight), s.attrs)
+		o.ObserveFloat64(a.latency, st.Latency.Seconds(), s.attrs)
+	}
+	return nil
+}

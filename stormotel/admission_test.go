@@ -1,0 +1,60 @@
+package stormotel_test
+
+import (
+	"context"
+	"maps"
+	"testing"
+	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"google.golang.org/grpc"
+
+	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/interceptor"
+	"github.com/stormguard/stormguard/stormotel"
+)
+
+// TestAdmission: the gauges follow the tracked limiter, and refusals are
+// counted by reason.
+func TestAdmission(t *testing.T) {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	a, err := stormotel.NewAdmission(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := interceptor.New(interceptor.WithAdmission(admission.Config{InitialLimit: 3, MinLimit: 3, MaxLimit: 3}), interceptor.WithObserver(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Track("payment", i)
+	a.Track("none", nil)
+	p, err := i.Admission().Acquire(admission.ClassFirst, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(admission.Ignored)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _ = i.UnaryServer()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/s/M"}, func(context.Context, any) (any, error) { return nil, nil })
+	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventAdmissionRefused, Admission: interceptor.AdmissionLimit})
+	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventAdmissionRefused, Admission: 99})
+	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventRequestReceived})
+
+	want := map[string]string{
+		"stormguard.admission.limit{stormguard.admission.server=payment}":                        "3",
+		"stormguard.admission.in_flight{stormguard.admission.server=payment}":                    "1",
+		"stormguard.admission.latency{stormguard.admission.server=payment}":                      "0",
+		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=caller_gone}": "1",
+		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=limit}":       "1",
+		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=other}":       "1",
+	}
+	if got := collect(t, r); !maps.Equal(got, want) {
+		t.Fatalf("%s", diff(got, want))
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
