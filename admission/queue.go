@@ -255,10 +255,10 @@ func (l *Limiter) enqueue(ctx context.Context, c Class, deadline time.Time, at i
 	q.n++
 	hook := q.onQueue
 	q.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
 	stop := l.afterFunc(wait, func() { l.expire(w) })
+	if hook != nil {
+		hook() // after the timer started: a test may move the clock now
+	}
 	select {
 	case <-w.ready:
 		stop()

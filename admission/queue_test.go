@@ -92,14 +92,16 @@ func newQueueTest(t *testing.T, cfg Config) *queueTest {
 // wait starts a Wait named name and returns once it is in the queue.
 func (qt *queueTest) wait(ctx context.Context, name string, c Class, deadline time.Time) {
 	qt.t.Helper()
+	returned := make(chan error, 1)
 	go func() {
 		p, err := qt.l.Wait(ctx, c, deadline)
+		returned <- err
 		qt.results <- result{name, p, err}
 	}()
 	select {
 	case <-qt.entered:
-	case r := <-qt.results:
-		qt.t.Fatalf("%s: Wait returned %v at once, want it to wait", name, r.err)
+	case err := <-returned:
+		qt.t.Fatalf("%s: Wait returned %v at once, want it to wait", name, err)
 	}
 }
 
@@ -172,15 +174,14 @@ func TestQueueLIFOWhenBackedUp(t *testing.T) {
 	if r := qt.next(); r.name != "a" || !errors.Is(r.err, ErrQueueTimeout) {
 		t.Fatalf("got %s (%v), want a timed out", r.name, r.err)
 	}
-	qt.wait(bg, "d", ClassFirst, time.Time{}) // at 105, backed up
-
-	// Backed up: b has waited 75 ms, over QueueTarget, and is dropped;
-	// then the newest first: d, then c.
-	p := held[0]
-	p.Release(Measured)
+	// Backed up: when d arrives, b has waited 75 ms, over QueueTarget,
+	// and is dropped.
+	qt.wait(bg, "d", ClassFirst, time.Time{}) // at 105
 	if r := qt.next(); r.name != "b" || !errors.Is(r.err, ErrQueueTimeout) {
 		t.Fatalf("got %s (%v), want b dropped after QueueTarget", r.name, r.err)
 	}
+	// Then the newest first: d, then c.
+	held[0].Release(Measured)
 	r := qt.next()
 	if r.name != "d" || r.err != nil {
 		t.Fatalf("got %s (%v), want d (the newest) admitted", r.name, r.err)
