@@ -363,11 +363,11 @@ func (l *Limiter) classLimit(c Class, limit int64) int64 {
 // a free slot only when no waiting request goes first. An admitted
 // request must call the Permit's Release exactly once when it ends.
 func (l *Limiter) Acquire(c Class, deadline time.Time) (Permit, error) {
-	return l.acquire(nil, c, deadline)
+	return l.acquire(context.Background(), false, c, deadline)
 }
 
-// acquire is Acquire (ctx nil) and Wait.
-func (l *Limiter) acquire(ctx context.Context, c Class, deadline time.Time) (Permit, error) {
+// acquire is Acquire (queue false) and Wait.
+func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline time.Time) (Permit, error) {
 	at, now := l.now()
 	cur := l.inflight.Load()
 	if !deadline.IsZero() && cur > 0 {
@@ -376,8 +376,8 @@ func (l *Limiter) acquire(ctx context.Context, c Class, deadline time.Time) (Per
 			return Permit{}, ErrDeadline
 		}
 	}
-	queue := l.cfg.QueueSize > 0
-	if !queue || l.waiting.Load() == 0 {
+	hasQueue := l.cfg.QueueSize > 0
+	if !hasQueue || l.waiting.Load() == 0 {
 		lim := l.classLimit(c, l.limit.Load())
 		for cur < lim {
 			if l.inflight.CompareAndSwap(cur, cur+1) {
@@ -385,12 +385,12 @@ func (l *Limiter) acquire(ctx context.Context, c Class, deadline time.Time) (Per
 			}
 			cur = l.inflight.Load()
 		}
-		if !queue {
+		if !hasQueue {
 			l.rejected[reasonLimit].Add(1)
 			return Permit{}, ErrLimit
 		}
 	}
-	return l.enqueue(ctx, c, deadline, at, now)
+	return l.enqueue(ctx, queue, c, deadline, at, now)
 }
 
 // Outcome is how an admitted request ended, for Release.

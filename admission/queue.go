@@ -46,7 +46,7 @@ func (l *Limiter) Wait(ctx context.Context, c Class, deadline time.Time) (Permit
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return l.acquire(ctx, c, deadline)
+	return l.acquire(ctx, true, c, deadline)
 }
 
 // Queue returns the number of requests waiting in the queue.
@@ -215,8 +215,8 @@ func (l *Limiter) dispatch() {
 }
 
 // enqueue is acquire's slow path, with a queue: take a free slot when no
-// waiter goes first, else (ctx not nil) wait in the queue.
-func (l *Limiter) enqueue(ctx context.Context, c Class, deadline time.Time, at int64, now time.Time) (Permit, error) {
+// waiter goes first, else (queue true) wait in the queue.
+func (l *Limiter) enqueue(ctx context.Context, queue bool, c Class, deadline time.Time, at int64, now time.Time) (Permit, error) {
 	if c < 0 || c >= numClasses {
 		c = ClassFirst // as classLimit reads it
 	}
@@ -241,7 +241,7 @@ func (l *Limiter) enqueue(ctx context.Context, c Class, deadline time.Time, at i
 	if !deadline.IsZero() {
 		wait = min(wait, deadline.Sub(now)-time.Duration(l.needed.Load()))
 	}
-	if ctx == nil || wait <= 0 || q.n >= l.cfg.QueueSize && !l.evict(c, backedUp) {
+	if !queue || wait <= 0 || q.n >= l.cfg.QueueSize && !l.evict(c, backedUp) {
 		l.waiting.Add(-1)
 		q.mu.Unlock()
 		l.rejected[reasonLimit].Add(1)
