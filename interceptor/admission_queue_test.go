@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/admission"
@@ -178,5 +179,54 @@ func TestAdmissionQueueCallerGone(t *testing.T) {
 	}
 	if got := q.i.Admission().Queue(); got != 0 {
 		t.Fatalf("Queue: got %d, want 0", got)
+	}
+}
+
+// queueStream is a server stream whose context is ctx.
+type queueStream struct {
+	grpc.ServerStream
+	ctx     context.Context
+	trailer metadata.MD
+}
+
+func (s *queueStream) Context() context.Context  { return s.ctx }
+func (s *queueStream) SetTrailer(md metadata.MD) { s.trailer = metadata.Join(s.trailer, md) }
+
+// TestAdmissionQueueStream: a stream waits in the queue like a unary
+// call, and a stream that times out there is refused before its handler
+// with the shed trailer.
+func TestAdmissionQueueStream(t *testing.T) {
+	clk := &queueClock{Fake: clock.NewFake(time.Now()), armed: make(chan struct{}, 4)}
+	cfg := admission.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, QueueSize: 4, QueueTimeout: 100 * time.Millisecond, Clock: clk}
+	i := mustNew(t, WithAdmission(cfg))
+	held, err := i.Admission().Acquire(admission.ClassFirst, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() (chan error, *queueStream) {
+		ss := &queueStream{ctx: ctxTimeout(t, 10*time.Second)}
+		done := make(chan error, 1)
+		go func() {
+			done <- i.StreamServer()(nil, ss, &grpc.StreamServerInfo{FullMethod: "/svc/S", IsServerStream: true}, func(any, grpc.ServerStream) error { return nil })
+		}()
+		select {
+		case <-clk.armed:
+		case err := <-done:
+			t.Fatalf("the stream returned %v at once, want it queued", err)
+		}
+		return done, ss
+	}
+	done, ss := start()
+	clk.Advance(100 * time.Millisecond)
+	if err := <-done; status.Code(err) != codes.Unavailable || len(ss.trailer[MetadataShed]) == 0 {
+		t.Fatalf("timed-out stream: got %v, trailer %v; want Unavailable with %s", err, ss.trailer, MetadataShed)
+	}
+	done, _ = start()
+	held.Release(admission.Measured)
+	if err := <-done; err != nil {
+		t.Fatalf("queued stream after the release: %v, want it admitted", err)
+	}
+	if got := i.Admission().InFlight(); got != 0 {
+		t.Fatalf("InFlight: got %d, want 0", got)
 	}
 }
