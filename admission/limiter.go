@@ -254,10 +254,17 @@ func (c *Config) resolve() error {
 // Deadlines: a request is refused, while other requests are in flight,
 // when its remaining deadline is shorter than the latency it can expect:
 // the least latency of the last window, or, when longer, the requests in
-// flight (itself included) times the time per request finished in the
-// last window (Little's law: what a FIFO server needs to reach it). With
-// nothing in flight it is admitted, so a stale estimate cannot lock the
-// server out.
+// flight (itself included) times the busy time per request finished in
+// the last window (Little's law: what a FIFO server needs to reach it).
+// Busy time is the time the server had requests in flight, bounded above
+// by both the window's length and the sum of its latencies: on a busy
+// server it is the window, so the time per request is one over the
+// throughput; on a quiet one it is the service time, not the gap between
+// arrivals. The estimate is used only while it is fresh: with nothing in
+// flight, or when no measured request ended for 4 windows (refused
+// requests measure nothing, and requests that stay in flight a long time
+// could otherwise keep a stale estimate refusing everything), the request
+// is admitted and the next window measures again.
 //
 // Queue: with Config.QueueSize, Wait lets a request that meets a full
 // limit wait for a slot, briefly (CoDel and adaptive LIFO, see Wait).
@@ -278,9 +285,10 @@ type Limiter struct {
 	inflight atomic.Int64
 	limit    atomic.Int64
 	needed   atomic.Int64 // nanoseconds: the least latency of the last window
-	perDone  atomic.Int64 // nanoseconds per request finished in the last window
+	perDone  atomic.Int64 // nanoseconds of busy time per request finished in the last window
 	waiting  atomic.Int64 // requests in the queue or about to enter it
-	_        [32]byte
+	lastDone atomic.Int64 // nanoseconds since origin: when a measured request last ended
+	_        [16]byte // the six counters above and this fill one 64-byte line
 	rejected [numReasons]atomic.Int64
 
 	q queue
@@ -370,7 +378,7 @@ func (l *Limiter) Acquire(c Class, deadline time.Time) (Permit, error) {
 func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline time.Time) (Permit, error) {
 	at, now := l.now()
 	cur := l.inflight.Load()
-	if !deadline.IsZero() && cur > 0 {
+	if !deadline.IsZero() && cur > 0 && at-l.lastDone.Load() <= slowWindows*int64(l.cfg.Window) {
 		if need := max(l.needed.Load(), (cur+1)*l.perDone.Load()); need > 0 && int64(deadline.Sub(now)) < need {
 			l.rejected[reasonDeadline].Add(1)
 			return Permit{}, ErrDeadline
@@ -439,6 +447,7 @@ func (l *Limiter) record(at, start, inflight int64) {
 	w := int64(l.cfg.Window)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lastDone.Store(at)
 	if l.winStart < 0 || at < l.winStart {
 		l.winStart = at // the first sample, or a clock that went back
 	}
@@ -472,7 +481,10 @@ func (l *Limiter) record(at, start, inflight int64) {
 	if age := at - l.winStart; age < w || (l.count < minSamples && age < slowWindows*w) {
 		return
 	}
-	l.perDone.Store((at - l.winStart) / l.count)
+	// Busy time is at most the window and at most the sum of the
+	// latencies: at low load the window is mostly idle, and the gap
+	// between arrivals is not what a request needs.
+	l.perDone.Store(min(at-l.winStart, l.sum) / l.count)
 	l.update(at)
 	l.winStart, l.sum, l.count, l.maxInflight = at, 0, 0, 0
 }

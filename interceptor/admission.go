@@ -69,6 +69,11 @@ func (st *serverState) dontRetryTrailer() metadata.MD {
 // pushback, retries into the retry class, which is refused first and
 // cheaply. ResourceExhausted usually means a quota, which no retry fixes.
 //
+// A stream is admitted or refused at its start like a unary call, but
+// does not hold a slot while it stays open: the limit counts unary calls
+// (and streams being started), so long-lived streams cannot lock the
+// server out.
+//
 // An invalid cfg makes New fail. The limiter lives in the option: pass the
 // same Option value to both server interceptors to share one limit.
 func WithAdmission(cfg admission.Config) Option {
@@ -126,7 +131,15 @@ func (r AdmissionReason) String() string {
 // does nothing.
 type admitted struct{ p admission.Permit }
 
-// done releases the request's slot. A stream's life is not a latency.
+// done releases the request's slot: a unary call's when its handler
+// returned, with its latency; a stream's as soon as it was admitted, with
+// no latency. Admission control admits a stream's start (an overloaded
+// server opens no new streams, and sheds retried ones first) but does not
+// count the stream against the limit for its life: a watch or
+// subscription may stay open for hours while costing nothing, so its life
+// is not a request's latency; and streams that held slots would, once as
+// many were open as the limit, refuse every other request for good, with
+// no measured request left to raise the limit.
 func (a admitted) done(stream bool) {
 	if stream {
 		a.p.Release(admission.Ignored)
