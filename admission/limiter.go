@@ -288,7 +288,7 @@ type Limiter struct {
 	perDone  atomic.Int64 // nanoseconds of busy time per request finished in the last window
 	waiting  atomic.Int64 // requests in the queue or about to enter it
 	lastDone atomic.Int64 // nanoseconds since origin: when a measured request last ended
-	_        [16]byte // the six counters above and this fill one 64-byte line
+	_        [16]byte     // the six counters above and this fill one 64-byte line
 	rejected [numReasons]atomic.Int64
 
 	q queue
