@@ -124,12 +124,27 @@ func (c *call) settleAdaptive(err error, failure, dontRetry, ignored bool) {
 		// overload here, and no sign of health either.
 	case failure:
 		if c.conn != nil {
-			// A failure with the channel broken: its coming back will
-			// say that the target is back.
-			c.thr.Connectivity(c.conn.GetState() == connectivity.Ready)
+			c.reportConn()
 		}
 		p.Done(adaptive.Overload)
 	default:
 		p.Done(adaptive.Accept)
+	}
+}
+
+// reportConn tells the throttle, before a failure is reported, whether
+// the call's channel is connected. A failure with the channel broken
+// (connecting, in transient failure, shut down) is a strong sign of a
+// dead target, and the channel's coming back will say that the target is
+// back. An idle channel says nothing either way: it has not tried to
+// connect (a channel unused since its idle timeout, or one that a test's
+// fake invoker never used).
+func (c *call) reportConn() {
+	switch c.conn.GetState() {
+	case connectivity.Ready:
+		c.thr.Connectivity(true)
+	case connectivity.Idle:
+	default:
+		c.thr.Connectivity(false)
 	}
 }
