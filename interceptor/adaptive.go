@@ -12,9 +12,10 @@ import (
 // WithAdaptive puts every attempt behind an adaptive throttle per target
 // from set (see adaptive.Throttle): requests are shed in proportion to
 // what the target accepts, retries go only to a healthy target, and a
-// target that has accepted nothing for 50 ms while failing is down: only
-// a few jittered probes reach it until one is answered, or until its
-// channel, seen not ready meanwhile, is ready again. A refused attempt
+// target that has accepted nothing for 50 ms while failing (eight times
+// in a row, or once with its channel not ready) is down: only a few
+// jittered probes reach it until one is answered, or until its channel,
+// seen not ready meanwhile, is ready again. A refused attempt
 // fails the call at once with codes.Unavailable (or, for a retry, the last
 // attempt's code) and the "do not retry" mark. Nil turns it off. Client
 // side.
