@@ -198,3 +198,21 @@ func TestEarlyProbes(t *testing.T) {
 		t.Fatalf("20th request: got %v, want a probe", err)
 	}
 }
+
+// A connection reported broken and then carrying an accept works: a
+// caller that reports the connection only on failures (the interceptor)
+// must not leave a stale "broken" that would make the next random
+// failure of a quiet client enough to mark the target down.
+func TestAcceptClearsBroken(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false)
+	clk.Advance(time.Second)
+	attempt(th, false, Accept) // reconnected: an answer came
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if th.Down() {
+		t.Fatal("down at one failure on a connection that carried an accept since it was seen broken")
+	}
+}

@@ -343,6 +343,9 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 	case Accept:
 		t.accepted, t.lastAccept, t.run = true, el, 0
 		t.fresh++
+		// An answer came through: the connection works, whatever was
+		// last reported of it (a caller may report it only on failures).
+		t.broken = false
 		if t.down {
 			t.setUp()
 			changed = true
