@@ -80,10 +80,11 @@ type config struct {
 	// a per-attempt timeout (see check).
 	deadlineCode bool
 
-	// Test hooks: the random source for jitter, and the wait between
-	// attempts.
+	// Test hooks: the random source for jitter, the wait between
+	// attempts, and the time an attempt ended (compared with its deadline).
 	rand  func() float64
 	sleep func(ctx context.Context, d time.Duration) error
+	now   func() time.Time
 }
 
 func defaultConfig() config {
@@ -94,6 +95,7 @@ func defaultConfig() config {
 		replayLimit: DefaultReplayBufferSize,
 		rand:        rand.Float64,
 		sleep:       sleepCtx,
+		now:         time.Now,
 	}
 }
 
