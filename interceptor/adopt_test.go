@@ -130,10 +130,10 @@ func TestBuiltinRetryUnderInterceptor(t *testing.T) {
 // grpc-timeout) fires a moment before the client's own timer is still the
 // attempt's own timeout (TestServerDeadlineFiresFirst), where it once cut
 // about one run in four short (2 / 2 / 2, or 1 / 1 / 1). The timeouts are
-// long enough for every attempt to reach payment on a loaded machine: a
+// long enough for every attempt to reach payment on a loaded machine (a
 // request took up to 56 ms through the three hops under -race at load
-// average 13, and with 100 ms per attempt one run in four on a busier
-// machine lost an attempt on the way (3 / 2 / 1).
+// average 13; with 100 ms per attempt, runs on a busier machine came out
+// 3 / 2 / 1), and the counts are read once the chain has settled.
 func TestPerAttemptTimeoutPlacement(t *testing.T) {
 	const ms = time.Millisecond
 	for _, tt := range []struct {
@@ -154,10 +154,39 @@ func TestPerAttemptTimeoutPlacement(t *testing.T) {
 			if status.Code(err) != codes.DeadlineExceeded {
 				t.Fatalf("user got %v, want DeadlineExceeded", err)
 			}
-			if got := received(c); !slices.Equal(got, tt.want) {
-				t.Fatalf("calls received (gateway, order, payment): got %v, want %v", got, tt.want)
-			}
+			waitSettled(t, c, tt.want)
 		})
+	}
+}
+
+// waitSettled waits until every tier of c has received want calls (gateway,
+// order, payment), every attempt sent to a tier has arrived, and every tier
+// has answered all its calls (with an error: none succeeds here), so that
+// nothing more can arrive; it fails at once when a tier receives more than
+// want, and after 10 s. The user's call may return before the last attempts
+// below it arrive: each tier's deadline starts when a request arrives, so a
+// tier can still send after the tier above it gave up.
+func waitSettled(t *testing.T, c *testsvc.Chain, want []int64) {
+	t.Helper()
+	ctx := ctxTimeout(t, 10*time.Second)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		got, settled := received(c), true
+		for i, tier := range c.Tiers() {
+			if got[i] > want[i] {
+				t.Fatalf("calls received (gateway, order, payment): got %v, want %v", got, want)
+			}
+			settled = settled && got[i] == want[i] && tier.Attempts(testsvc.Unary) == got[i] && tier.Failed() == got[i]
+		}
+		if settled {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("calls received (gateway, order, payment): got %v, want %v, and still so after 10 s", got, want)
+		case <-tick.C:
+		}
 	}
 }
 
