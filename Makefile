@@ -74,7 +74,9 @@ lint: vet fmt-check staticcheck
 	$(BIN)/buf lint
 
 # bench: the root micro-benchmarks, the scenario table of every retry stack
-# (bench/cmd/scenarios) and the happy-path overhead of every stack relative
+# (bench/cmd/scenarios), the incident simulator (internal/incidentsim: long
+# outages and fleets, which a real chain cannot run in minutes) and the
+# happy-path overhead of every stack relative
 # to none (bench/, benchstat). Raw outputs go to $(BENCH_OUT).
 BENCH_COUNT ?= 6
 BENCH_OUT   ?= $(BIN)/bench-results
@@ -84,6 +86,8 @@ bench: $(BIN)/benchstat
 	@echo "## Micro-benchmarks: budget, breaker, interceptor"
 	go test -run '^$$' -bench . -benchmem ./budget/ ./breaker/ ./interceptor/ | tee $(BENCH_OUT)/micro.txt
 	cd bench && go run ./cmd/scenarios | tee $(BENCH_OUT)/scenarios.md
+	@echo "## Incident simulator: the adaptive throttle against long outages and fleets (deterministic)"
+	go run ./internal/incidentsim/cmd/incidents -seed 1 | tee $(BENCH_OUT)/incidents.md
 	cd bench && go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) . | tee $(BENCH_OUT)/overhead.txt
 	@echo "## Happy-path overhead per stack, relative to none (benchstat -col /stack)"
 	$(BIN)/benchstat -col /stack $(BENCH_OUT)/overhead.txt | tee $(BENCH_OUT)/overhead-benchstat.txt

@@ -15,8 +15,8 @@ func TestSetStateListener(t *testing.T) {
 		log = append(log, "user "+name+" "+from.String()+"->"+to.String())
 	}}, 0)
 	before := s.Get("before")
-	s.AddStateListener(nil) // ignored
-	s.AddStateListener(func(name string, from, to State) {
+	s.AddStateListener("nil f", nil) // ignored
+	s.AddStateListener("log", func(name string, from, to State) {
 		// Calls that take the Set's and the breaker's locks: a listener
 		// run under either would deadlock here.
 		_ = s.Snapshot()
@@ -43,9 +43,34 @@ func TestSetStateListener(t *testing.T) {
 func TestSetStateListenerWithoutCallback(t *testing.T) {
 	s, _ := newTestSet(t, Config{MinimumCalls: 1}, 0)
 	var got []State
-	s.AddStateListener(func(_ string, _, to State) { got = append(got, to) })
+	s.AddStateListener(nil, func(_ string, _, to State) { got = append(got, to) })
 	calls(t, s.Get("k"), 1, Failure)
 	if want := []State{Open}; !slices.Equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// TestSetStateListenerKeyed: a listener added again under the same key
+// replaces the first (one report per change however many interceptors
+// were built from the Set); nil and non-comparable keys always add.
+func TestSetStateListenerKeyed(t *testing.T) {
+	s, _ := newTestSet(t, Config{MinimumCalls: 1}, 0)
+	var log []string
+	add := func(key any, tag string) {
+		s.AddStateListener(key, func(_ string, _, to State) { log = append(log, tag+" "+to.String()) })
+	}
+	type obs struct{ n int }
+	o := &obs{}
+	add(o, "first o")
+	add(o, "second o") // replaces "first o"
+	add(&obs{}, "other")
+	add(nil, "nil 1")
+	add(nil, "nil 2")
+	add([]int{1}, "slice 1") // not comparable: added, never matched
+	add([]int{1}, "slice 2")
+	calls(t, s.Get("k"), 1, Failure)
+	want := []string{"second o open", "other open", "nil 1 open", "nil 2 open", "slice 1 open", "slice 2 open"}
+	if !slices.Equal(log, want) {
+		t.Fatalf("got %q, want %q", log, want)
 	}
 }

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 )
@@ -26,7 +27,7 @@ type Set struct {
 	m   sync.Map // string -> *entry
 
 	// listeners are called after cfg.OnStateChange; copy on write under mu.
-	listeners atomic.Pointer[[]func(name string, from, to State)]
+	listeners atomic.Pointer[[]listener]
 
 	mu   sync.Mutex // serializes inserts and evictions
 	ring []*entry   // guarded by mu; the clock hand sweeps it
@@ -161,22 +162,42 @@ func (s *Set) Config() Config { return s.cfg }
 // of every breaker of the set, those that exist and those to come, after
 // the Config's OnStateChange and with the same guarantees: never with a
 // lock held, serialized per breaker, in the order of the changes. A nil f
-// is ignored. There is no removal: add a listener once per Set (the
-// interceptor package adds one when a Set is given together with an
-// observer). If OnStateChange or a listener panics, the listeners after
-// it miss that change.
-func (s *Set) AddStateListener(f func(name string, from, to State)) {
+// is ignored. There is no removal.
+//
+// key names the listener: adding one under a key already present replaces
+// that listener instead of adding a second, so that code building several
+// interceptors from one Set (the interceptor package keys its listener by
+// the observer) reports each change once. A nil key, or one whose type is
+// not comparable, never matches: the listener is always added. If
+// OnStateChange or a listener panics, the listeners after it miss that
+// change.
+func (s *Set) AddStateListener(key any, f func(name string, from, to State)) {
 	if f == nil {
 		return
 	}
+	keyed := key != nil && reflect.TypeOf(key).Comparable()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var next []func(string, State, State)
+	var next []listener
 	if old := s.listeners.Load(); old != nil {
 		next = append(next, *old...)
 	}
-	next = append(next, f)
+	for i, l := range next {
+		if keyed && l.keyed && l.key == key {
+			next[i].f = f
+			s.listeners.Store(&next)
+			return
+		}
+	}
+	next = append(next, listener{key: key, keyed: keyed, f: f})
 	s.listeners.Store(&next)
+}
+
+// listener is a function AddStateListener added, and its key.
+type listener struct {
+	key   any
+	keyed bool // key is comparable and not nil
+	f     func(name string, from, to State)
 }
 
 // stateChanged is the OnStateChange of every breaker of the set: the
@@ -186,8 +207,8 @@ func (s *Set) stateChanged(name string, from, to State) {
 		f(name, from, to)
 	}
 	if ls := s.listeners.Load(); ls != nil {
-		for _, f := range *ls {
-			f(name, from, to)
+		for _, l := range *ls {
+			l.f(name, from, to)
 		}
 	}
 }

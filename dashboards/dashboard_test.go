@@ -50,7 +50,7 @@ func exported(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	frozen := clock.NewFake(time.Unix(1_000_000, 0))
-	set, err := breaker.NewSet(breaker.Config{ConsecutiveFailures: 3, Clock: frozen, OnStateChange: interceptor.BreakerObserver(m)}, 0)
+	set, err := breaker.NewSet(breaker.Config{ConsecutiveFailures: 3, Clock: frozen}, 0) // New reports its changes to m
 	if err != nil {
 		t.Fatal(err)
 	}

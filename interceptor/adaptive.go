@@ -34,10 +34,10 @@ import (
 // outages, partial loss, hangs and recovery. A breaker in addition is not
 // needed (it refuses capacity that a sick target still has).
 func WithAdaptive(set *adaptive.Set) Option {
-	return Option{apply: func(c *config) error {
+	return setupOption("WithAdaptive", func(c *config) error {
 		c.throttles = set
 		return nil
-	}}
+	})
 }
 
 // AdaptiveObserver returns a function for adaptive.Config.OnDown that

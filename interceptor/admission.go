@@ -69,13 +69,13 @@ func (st *serverState) dontRetryTrailer() metadata.MD {
 // same Option value to both server interceptors to share one limit.
 func WithAdmission(cfg admission.Config) Option {
 	l, err := admission.New(cfg)
-	return Option{apply: func(c *config) error {
+	return setupOption("WithAdmission", func(c *config) error {
 		if err != nil {
 			return invalid("WithAdmission: %v", err)
 		}
 		c.admission = l
 		return nil
-	}}
+	})
 }
 
 // Admission returns the admission limiter (WithAdmission), or nil, for

@@ -22,10 +22,10 @@ const MetadataEnvoyAttemptCount = "x-envoy-attempt-count"
 // is ignored with WithUntrustedCallers, where all incoming attempt
 // metadata is. Server side.
 func WithEnvoyAttemptCount(on bool) Option {
-	return Option{apply: func(c *config) error {
+	return setupOption("WithEnvoyAttemptCount", func(c *config) error {
 		c.ignoreEnvoy = !on
 		return nil
-	}}
+	})
 }
 
 // addEnvoyRetries adds the retries of an Envoy proxy, from its attempt

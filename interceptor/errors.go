@@ -83,9 +83,10 @@ var ErrBudgetExhausted = budget.ErrRefused
 // what a server that returns the error sends on the wire) is the last
 // attempt's, unchanged: code, message and details as the downstream sent
 // them. So a message does not grow by a suffix at every tier of a chain.
-// When no attempt was made (an open breaker refused the first one), the
-// status is codes.Unavailable with the fixed message BreakerOpenMessage,
-// which names no target: internal addresses never reach a caller.
+// When no attempt was made (an open breaker or the adaptive throttle
+// refused the first one), the status is codes.Unavailable with the fixed
+// message BreakerOpenMessage or ThrottledMessage, which name no target:
+// internal addresses never reach a caller.
 //
 // Its Go error string (Error) adds stormguard's account, for logs: the
 // number of attempts and why retrying stopped; the target is in the
@@ -113,6 +114,10 @@ type Error struct {
 // breaker refused before any attempt.
 const BreakerOpenMessage = "stormguard: circuit breaker open"
 
+// ThrottledMessage is the status message of a call that the adaptive
+// throttle (WithAdaptive) refused before any attempt.
+const ThrottledMessage = "stormguard: target overloaded or down, request not sent"
+
 // newError returns the error of a call that stopped for reason after
 // attempts attempts, the last of which ended with last. The target is not
 // put into the error (see Error); the parameter stays for the callers.
@@ -128,6 +133,8 @@ func newError(last error, attempts int, reason StopReason, _ string) *Error {
 	}
 	if last != nil {
 		e.st = status.Convert(last)
+	} else if reason == StopThrottled {
+		e.st = status.New(codes.Unavailable, ThrottledMessage)
 	} else {
 		e.st = status.New(codes.Unavailable, BreakerOpenMessage)
 	}

@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"reflect"
 	"slices"
 	"time"
 
@@ -133,13 +132,15 @@ type Observer interface {
 // Observers returns an Observer that passes every event to each of os in
 // turn, for using several (metrics and logs) at once.
 func Observers(os ...Observer) Observer {
-	return multiObserver(slices.Clone(os))
+	return &multiObserver{os: slices.Clone(os)}
 }
 
-type multiObserver []Observer
+// multiObserver is a pointer, so that the Observer it makes is comparable
+// (New keys the breaker listener by its observer).
+type multiObserver struct{ os []Observer }
 
-func (m multiObserver) Observe(ctx context.Context, e Event) {
-	for _, o := range m {
+func (m *multiObserver) Observe(ctx context.Context, e Event) {
+	for _, o := range m.os {
 		o.Observe(ctx, e)
 	}
 }
@@ -157,41 +158,28 @@ func WithObserver(o Observer) Option {
 // reports each state change of the set's breakers to o as an
 // EventBreakerStateChange, with the breaker's key as Target.
 //
-// New needs no help: given both WithObserver and WithBreaker, it adds a
-// listener to the Set that reports its changes to the observer (and a
-// Config.OnStateChange of your own keeps being called). Use
-// BreakerObserver for a Set used without New. If a Set's OnStateChange is
-// a function BreakerObserver returned, New leaves the Set as it is, so
-// that no change is reported twice; wrapping it in a function of your own
-// hides it from New, and the changes are then reported twice.
-//
-//go:noinline
+// New needs no help: given both WithObserver and WithBreaker, it reports
+// the Set's changes to the observer itself (once per Set and observer,
+// however many interceptors are built from them; a Config.OnStateChange
+// of your own keeps being called). Use BreakerObserver only for a Set
+// used without New, or for another observer than New's: wiring New's
+// observer here as well reports each change twice.
 func BreakerObserver(o Observer) func(name string, from, to breaker.State) {
-	// noinline: an inlined copy would make a closure with another code
-	// address, which isBreakerObserver would not recognize.
 	return func(name string, from, to breaker.State) {
 		o.Observe(context.Background(), Event{Kind: EventBreakerStateChange, Target: name, From: from, To: to})
 	}
 }
 
-// breakerObserverCode is the code address of the functions BreakerObserver
-// returns.
-var breakerObserverCode = reflect.ValueOf(BreakerObserver(nil)).Pointer()
-
-// isBreakerObserver reports whether f is a function BreakerObserver
-// returned.
-func isBreakerObserver(f func(string, breaker.State, breaker.State)) bool {
-	return f != nil && reflect.ValueOf(f).Pointer() == breakerObserverCode
-}
-
 // wireBreakerObserver reports the breaker changes of cfg's Set to cfg's
-// observer, when both are set and the Set does not already report to a
-// BreakerObserver.
+// observer, when both are set. The listener is keyed by the observer, so
+// that the interceptors New builds again and again from one Set and one
+// observer (unary and stream, client and server, one per connection)
+// report each change once.
 func wireBreakerObserver(cfg *config) {
-	if cfg.observer == nil || cfg.breakers == nil || isBreakerObserver(cfg.breakers.Config().OnStateChange) {
+	if cfg.observer == nil || cfg.breakers == nil {
 		return
 	}
-	cfg.breakers.AddStateListener(BreakerObserver(cfg.observer))
+	cfg.breakers.AddStateListener(cfg.observer, BreakerObserver(cfg.observer))
 }
 
 // RangeLimiters calls f for each target's retry limiter (WithBudget,

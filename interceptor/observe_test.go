@@ -111,6 +111,29 @@ func TestBreakerObserver(t *testing.T) {
 	}
 }
 
+// TestBreakerObserverOncePerSet: the interceptors built from one Set and
+// one observer (the documented UnaryClientInterceptor and
+// StreamClientInterceptor with the same options, server options, one New
+// per connection) report each breaker change once. Before the fix every
+// New added a listener: 5 constructors, 5 events for one change.
+func TestBreakerObserverOncePerSet(t *testing.T) {
+	log := &eventLog{}
+	set := mustSet(t, breaker.Config{MinimumCalls: 1, Clock: clock.NewFake(time.Unix(0, 0))})
+	obs := Observers(named{log, "o"}) // Observers' result is comparable too
+	opts := []Option{WithObserver(obs), WithBreaker(set)}
+	_ = UnaryClientInterceptor(opts...)
+	_ = StreamClientInterceptor(opts...)
+	_ = ServerOptions(opts...)
+	for range 3 {
+		mustNew(t, opts...)
+	}
+	p, _ := set.Get("payment").Allow()
+	p.Done(breaker.Failure)
+	if got, want := log.sorted(), []string{"o breaker_state_change payment closed->open"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
 func TestRangeLimiters(t *testing.T) {
 	i := mustNew(t, noWait, WithBudget(budget.Config{Clock: frozen()}))
 	f := &fakeInvoker{results: []error{errUnavailable}}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 )
@@ -36,6 +37,9 @@ func TestPerCallMisuseIsInternal(t *testing.T) {
 		{WithPerMethodKeys(), "WithPerMethodKeys"},
 		{WithUntrustedCallers(), "WithUntrustedCallers"},
 		{WithCodes(codes.Unavailable, codes.DeadlineExceeded), "WithPerAttemptTimeout"},
+		{WithAdaptive(nil), "WithAdaptive"},
+		{WithAdmission(admission.Config{}), "WithAdmission"},
+		{WithEnvoyAttemptCount(false), "WithEnvoyAttemptCount"},
 	}
 	i := mustNew(t, noWait)
 	for _, tt := range tests {

@@ -169,8 +169,15 @@ func (s *retryStream) take(a *streamAttempt) breaker.Permit {
 // reports a half-open probe as a success at once, so that a long-lived
 // stream does not hold one of the breaker's few probe slots for its whole
 // life.
+//
+// An answer also proves the target alive to the adaptive throttle: a
+// probe stream that the target answers revives it at once, not when the
+// stream ends (which may be never).
 func (s *retryStream) answered(a *streamAttempt) {
 	s.c.answered.Store(true)
+	if thr := s.c.thr; thr != nil && thr.Down() {
+		thr.Revive()
+	}
 	s.mu.Lock()
 	probe := !a.settled && a.permit.Probe()
 	if probe {
@@ -242,14 +249,22 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 	context.AfterFunc(actx, func() { s.abandoned(a) })
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	s.mu.Lock()
-	committed, buf := s.committed, s.buf
-	s.mu.Unlock()
-	if committed {
+	// The stream may commit while this attempt opens (Context, Trailer,
+	// a send that outgrows the buffer): then the attempt is dropped
+	// unused, before and after the replay, and the stream ends with the
+	// last attempt's error. An attempt installed after the commit would
+	// be a retry after it, behind the context the caller holds.
+	dropCommitted := func() (bool, time.Duration, error) {
 		acancel()
 		cancel = nil
 		s.take(a).Done(breaker.Ignored)
 		return false, 0, s.c.stop(StopCommitted)
+	}
+	s.mu.Lock()
+	committed, buf := s.committed, s.buf
+	s.mu.Unlock()
+	if committed {
+		return dropCommitted()
 	}
 	// An error here means the attempt ended already; its status comes
 	// from RecvMsg, which then retries. buf is a snapshot: messages are
@@ -264,6 +279,10 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 		_ = cs.CloseSend()
 	}
 	s.mu.Lock()
+	if s.committed {
+		s.mu.Unlock()
+		return dropCommitted()
+	}
 	s.cur = a
 	if s.replaced != nil {
 		close(s.replaced)

@@ -6,8 +6,8 @@
 // for the gauges:
 //
 //	m, err := stormotel.New(mp) // mp: your metric.MeterProvider
-//	set, err := breaker.NewSet(breaker.Config{OnStateChange: interceptor.BreakerObserver(m)}, 0)
-//	ic, err := interceptor.New(interceptor.WithObserver(m), interceptor.WithBreaker(set),
+//	set, err := breaker.NewSet(breaker.Config{}, 0)
+//	ic, err := interceptor.New(interceptor.WithObserver(m), interceptor.WithBreaker(set), // New reports the set's changes to m
 //		interceptor.WithBudget(budget.Config{}))
 //	m.TrackBreakers(set)
 //	m.TrackLimiters(ic)

@@ -25,7 +25,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	breakers, err := breaker.NewSet(breaker.Config{OnStateChange: interceptor.BreakerObserver(m)}, 0)
+	breakers, err := breaker.NewSet(breaker.Config{}, 0) // New reports its changes to m
 	if err != nil {
 		panic(err)
 	}

@@ -55,9 +55,10 @@ const (
 // package doc for the instruments.
 //
 // Install it with interceptor.WithObserver(m) on the client and server
-// interceptors and with interceptor.BreakerObserver(m) as the breaker
-// sets' OnStateChange, then call TrackBreakers and TrackLimiters for the
-// gauges. It is safe for concurrent use. Create it with New, once per
+// interceptors (New then reports the state changes of the breaker set
+// given with WithBreaker too; interceptor.BreakerObserver(m) as a set's
+// OnStateChange is only for a set used without New), then call
+// TrackBreakers and TrackLimiters for the gauges. It is safe for concurrent use. Create it with New, once per
 // MeterProvider: two on one provider would report the gauges twice.
 type Metrics struct {
 	attempts        metric.Int64Counter

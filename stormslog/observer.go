@@ -355,6 +355,8 @@ func reasonName(r interceptor.StopReason) string {
 		return "canceled"
 	case interceptor.StopCommitted:
 		return "committed"
+	case interceptor.StopThrottled:
+		return "throttled"
 	}
 	return "other"
 }

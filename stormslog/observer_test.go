@@ -250,10 +250,12 @@ func TestBreakerLines(t *testing.T) {
 		user     int64 // changes the user's own OnStateChange sees
 	}{
 		{"wired by New", func(interceptor.Observer, *atomic.Int64) func(string, breaker.State, breaker.State) { return nil }, 0},
-		// The old way of wiring still reports each change once.
-		{"BreakerObserver in the config", func(o interceptor.Observer, _ *atomic.Int64) func(string, breaker.State, breaker.State) {
-			return interceptor.BreakerObserver(o)
-		}, 0},
+		// Another observer in the config (metrics, say) does not keep
+		// New from reporting to its own (review: a BreakerObserver of any
+		// observer in the config used to switch New's wiring off).
+		{"BreakerObserver of another observer in the config", func(_ interceptor.Observer, user *atomic.Int64) func(string, breaker.State, breaker.State) {
+			return interceptor.BreakerObserver(countingObserver{user})
+		}, 3},
 		// A callback of the user's own keeps working next to the observer.
 		{"user callback", func(_ interceptor.Observer, user *atomic.Int64) func(string, breaker.State, breaker.State) {
 			return func(string, breaker.State, breaker.State) { user.Add(1) }
@@ -345,3 +347,8 @@ func BenchmarkObserve(b *testing.B) {
 		})
 	}
 }
+
+// countingObserver counts the events it sees.
+type countingObserver struct{ n *atomic.Int64 }
+
+func (c countingObserver) Observe(context.Context, interceptor.Event) { c.n.Add(1) }

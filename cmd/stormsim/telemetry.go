@@ -36,7 +36,9 @@ func (tm *telemetry) breakerConfig() breaker.Config {
 	if tm == nil {
 		return breaker.Config{}
 	}
-	return breaker.Config{OnStateChange: interceptor.BreakerObserver(tm.metrics)}
+	// The interceptors built with WithObserver(tm.metrics) report the
+	// set's state changes; nothing to wire here.
+	return breaker.Config{}
 }
 
 func (tm *telemetry) trackBreakers(s *breaker.Set) {

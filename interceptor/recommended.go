@@ -1,0 +1,40 @@
+package interceptor
+
+import (
+	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/budget"
+)
+
+// Recommended returns the configuration stormguard recommends for every
+// service of a chain, each part at its defaults:
+//
+//	sg, err := interceptor.New(interceptor.Recommended()...)
+//
+// It is the same as
+//
+//	set, err := adaptive.NewSet(adaptive.Config{}, 0)
+//	sg, err := interceptor.New(
+//		interceptor.WithAdaptive(set),                  // outages, partial loss, hangs, recovery
+//		interceptor.WithBudget(budget.Config{}),        // random failures: retries <= 20 % (+10/s)
+//		interceptor.WithAdmission(admission.Config{}), // server: a slow dependency's queue
+//	)
+//
+// which is the form to write out to change a part (a second retry limiter
+// next to Recommended's budget is an error). No circuit breaker: it
+// refuses capacity that a sick target still has, and its open interval
+// delays recovery; the adaptive throttle fails fast at a dead target
+// instead. Each call returns new state: build the Interceptors once per
+// process and share them.
+func Recommended() []Option {
+	set, err := adaptive.NewSet(adaptive.Config{}, 0)
+	throttle := WithAdaptive(set)
+	if err != nil { // the defaults are valid; this only guards a change of them
+		throttle = Option{apply: func(*config) error { return invalid("Recommended: %v", err) }}
+	}
+	return []Option{
+		throttle,
+		WithBudget(budget.Config{}),
+		WithAdmission(admission.Config{}),
+	}
+}
