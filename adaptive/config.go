@@ -45,14 +45,20 @@ type Config struct {
 
 	// DownAfter is the silence that makes a target down: an overload
 	// failure that comes when the last accept is at least DownAfter old
-	// (or, if none ever came, at least three overload failures over
-	// DownAfter) marks the target down. Zero means DefaultDownAfter (50 ms). Valid: positive
-	// up to Window.
+	// marks the target down if the failures since that accept are
+	// evidence enough (eight in a row behind a ready connection, one with
+	// the connection seen not ready; see the package documentation), or,
+	// if no accept ever came, at least three overload failures over
+	// DownAfter. Zero means DefaultDownAfter (50 ms). Valid: positive up
+	// to Window.
 	DownAfter time.Duration
 
 	// ProbeRatio is the share of requests, in (0, 1], that may probe a
-	// down target: every refused request adds ProbeRatio to a credit,
-	// and a probe spends a whole one. Zero means DefaultProbeRatio (0.05).
+	// down target: every request adds ProbeRatio to a credit, and a probe
+	// spends a whole one. After a down on a run of failures behind a
+	// ready connection (maybe a false alarm) the first probes need less:
+	// one request's credit, then twice as much each time up to a whole
+	// one. Zero means DefaultProbeRatio (0.05).
 	ProbeRatio float64
 
 	// ProbeInterval is the mean gap between probes of a down target at

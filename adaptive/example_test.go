@@ -9,9 +9,10 @@ import (
 	"github.com/stormguard/stormguard/internal/clock"
 )
 
-// A target that dies after healthy traffic is down 50 ms after its last
-// accept; the calls then fail at once, and the first accepted probe brings
-// it back.
+// A target that dies after healthy traffic (its connection broken) is
+// down at its first failure 50 ms or more after its last accept; the
+// calls then fail at once, and the first accepted probe brings it back.
+// Behind a connection that stays ready it takes eight failures in a row.
 func Example() {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	t, err := adaptive.New(adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }})
@@ -29,7 +30,8 @@ func Example() {
 	}
 	call(adaptive.Accept)
 	clk.Advance(time.Second)
-	call(adaptive.Overload) // silent for a second: down
+	t.Connectivity(false)   // the connection broke: the process is gone
+	call(adaptive.Overload) // a failure after a second without an accept: down
 	call(adaptive.Accept)
 	for range 19 { // probes are 5 % of requests, at least 50 ms apart
 		if _, err := t.Allow(false); err == nil {

@@ -197,6 +197,7 @@ func TestProbesAndRecovery(t *testing.T) {
 	th, clk := newTest(t, Config{ProbeRatio: 0.1, ProbeInterval: 40 * ms, Rand: fixedRand(0.5)})
 	attempt(th, false, Accept)
 	clk.Advance(time.Second)
+	th.Connectivity(false) // a dead process: probes need a whole credit
 	attempt(th, false, Overload)
 	if !th.Down() {
 		t.Fatal("not down")
@@ -298,6 +299,7 @@ func TestStalePermits(t *testing.T) {
 	attempt(th, false, Accept)
 	stale, _ := th.Allow(false)
 	clk.Advance(time.Second)
+	th.Connectivity(false)
 	attempt(th, false, Overload)
 	if !th.Down() {
 		t.Fatal("not down")
@@ -436,9 +438,15 @@ func TestConnectivity(t *testing.T) {
 		t.Fatal("not revived when the connection came back")
 	}
 	// A connection that stays ready says nothing, and the next outage
-	// has no memory of the last broken state.
+	// has no memory of the last broken state: it takes downRun failures
+	// in a row to mark the target down.
 	clk.Advance(time.Second)
-	attempt(th, false, Overload)
+	for i := range downRun {
+		if th.Down() {
+			t.Fatalf("down after %d failures on a ready connection", i)
+		}
+		attempt(th, false, Overload)
+	}
 	if !th.Down() {
 		t.Fatal("not down the second time")
 	}

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -40,6 +41,27 @@ func BenchmarkReject(b *testing.B) {
 				b.Error("admitted over the limit")
 				return
 			}
+		}
+	})
+}
+
+// BenchmarkWaitRelease is BenchmarkAcquireRelease through Wait with a
+// queue configured but not needed: it must allocate nothing either.
+func BenchmarkWaitRelease(b *testing.B) {
+	l, err := New(Config{InitialLimit: 1000, MinLimit: 1000, MaxLimit: 1000, QueueSize: 64})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p, err := l.Wait(ctx, ClassFirst, time.Time{})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			p.Release(Measured)
 		}
 	})
 }

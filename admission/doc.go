@@ -12,7 +12,10 @@
 // rules no latency-only limiter has: requests are admitted by [Class], so
 // that retries use only part of the limit and go first under overload; and
 // a request whose remaining deadline is shorter than the latency the server
-// currently needs is refused before it takes a slot.
+// currently needs is refused before it takes a slot. An optional short
+// queue (Config.QueueSize, off by default) lets a request that meets a
+// full limit wait briefly for a slot (Limiter.Wait): CoDel-style
+// timeouts, and the newest first when the queue is backed up.
 //
 // The gRPC glue is interceptor.WithAdmission; this package imports only
 // the standard library.

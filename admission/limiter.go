@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -19,6 +20,8 @@ const (
 	DefaultTolerance    = 2.0
 	DefaultWindow       = 50 * time.Millisecond
 	DefaultRetryShare   = 0.5
+	DefaultQueueTimeout = 100 * time.Millisecond
+	DefaultQueueTarget  = 5 * time.Millisecond
 
 	// MinWindow and MaxWindow bound Config.Window.
 	MinWindow = time.Millisecond
@@ -147,7 +150,21 @@ type Config struct {
 	// Class). Zero means DefaultRetryShare (0.5). Valid: 0 < RetryShare
 	// <= 1; 1 sheds retries no earlier than first attempts.
 	RetryShare float64
-	// Clock is the time source. Nil means the system clock.
+	// QueueSize is the number of requests that may wait in Wait for a
+	// slot when the limit for their class is full (see Limiter.Wait).
+	// Zero means no queue: such a request is refused at once. Valid: >= 0.
+	QueueSize int
+	// QueueTimeout is the longest wait in the queue, and how long the
+	// queue must have stayed non-empty to count as backed up (CoDel's
+	// interval). Zero means DefaultQueueTimeout (100 ms). Valid: >= 0.
+	QueueTimeout time.Duration
+	// QueueTarget is the longest wait once the queue is backed up
+	// (CoDel's target). Zero means DefaultQueueTarget (5 ms), or
+	// QueueTimeout when shorter. Valid: 0 <= QueueTarget <= QueueTimeout.
+	QueueTarget time.Duration
+	// Clock is the time source. Nil means the system clock. The queue's
+	// timeouts use the clock's AfterFunc when it has one (see Timers),
+	// time.AfterFunc otherwise.
 	Clock Clock
 }
 
@@ -165,6 +182,9 @@ func (c *Config) resolve() error {
 		return fmt.Errorf("%w: Window %v out of range [%v, %v]", ErrInvalidConfig, c.Window, MinWindow, MaxWindow)
 	case math.IsNaN(c.RetryShare) || c.RetryShare < 0 || c.RetryShare > 1:
 		return fmt.Errorf("%w: RetryShare %v out of range (0, 1]", ErrInvalidConfig, c.RetryShare)
+	}
+	if err := c.resolveQueue(); err != nil {
+		return err
 	}
 	if c.MinLimit == 0 {
 		c.MinLimit = DefaultMinLimit
@@ -234,13 +254,25 @@ func (c *Config) resolve() error {
 // Deadlines: a request is refused, while other requests are in flight,
 // when its remaining deadline is shorter than the latency it can expect:
 // the least latency of the last window, or, when longer, the requests in
-// flight (itself included) times the time per request finished in the
-// last window (Little's law: what a FIFO server needs to reach it). With
-// nothing in flight it is admitted, so a stale estimate cannot lock the
-// server out.
+// flight (itself included) times the busy time per request finished in
+// the last window (Little's law: what a FIFO server needs to reach it).
+// Busy time is the time the server had requests in flight, bounded above
+// by both the window's length and the sum of its latencies: on a busy
+// server it is the window, so the time per request is one over the
+// throughput; on a quiet one it is the service time, not the gap between
+// arrivals. The estimate is used only while it is fresh: with nothing in
+// flight, or when no measured request ended for 4 windows (refused
+// requests measure nothing, and requests that stay in flight a long time
+// could otherwise keep a stale estimate refusing everything), the request
+// is admitted and the next window measures again.
+//
+// Queue: with Config.QueueSize, Wait lets a request that meets a full
+// limit wait for a slot, briefly (CoDel and adaptive LIFO, see Wait).
+// Without it (the default) such a request is refused at once.
 //
 // Acquire and Release allocate nothing; Acquire takes no lock, Release
-// takes one mutex briefly. A Limiter must be created with New.
+// takes one mutex briefly (and the queue's, while requests wait). A
+// Limiter must be created with New.
 type Limiter struct {
 	clk      Clock
 	sys      bool // clk is the system clock: use time.Since
@@ -253,9 +285,13 @@ type Limiter struct {
 	inflight atomic.Int64
 	limit    atomic.Int64
 	needed   atomic.Int64 // nanoseconds: the least latency of the last window
-	perDone  atomic.Int64 // nanoseconds per request finished in the last window
-	_        [40]byte
+	perDone  atomic.Int64 // nanoseconds of busy time per request finished in the last window
+	waiting  atomic.Int64 // requests in the queue or about to enter it
+	lastDone atomic.Int64 // nanoseconds since origin: when a measured request last ended
+	_        [16]byte     // the six counters above and this fill one 64-byte line
 	rejected [numReasons]atomic.Int64
+
+	q queue
 
 	mu          sync.Mutex
 	winStart    int64 // nanoseconds since origin; -1 before the first sample
@@ -280,6 +316,7 @@ type reason int
 const (
 	reasonLimit reason = iota
 	reasonDeadline
+	reasonQueue
 	numReasons
 )
 
@@ -330,28 +367,38 @@ func (l *Limiter) classLimit(c Class, limit int64) int64 {
 
 // Acquire admits a request of class c whose caller waits until deadline
 // (the zero time: no deadline), or refuses it with ErrLimit or
-// ErrDeadline. An admitted request must call the Permit's Release exactly
-// once when it ends.
+// ErrDeadline. It never waits: with a queue (Config.QueueSize), it takes
+// a free slot only when no waiting request goes first. An admitted
+// request must call the Permit's Release exactly once when it ends.
 func (l *Limiter) Acquire(c Class, deadline time.Time) (Permit, error) {
+	return l.acquire(context.Background(), false, c, deadline)
+}
+
+// acquire is Acquire (queue false) and Wait.
+func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline time.Time) (Permit, error) {
 	at, now := l.now()
 	cur := l.inflight.Load()
-	if !deadline.IsZero() && cur > 0 {
+	if !deadline.IsZero() && cur > 0 && at-l.lastDone.Load() <= slowWindows*int64(l.cfg.Window) {
 		if need := max(l.needed.Load(), (cur+1)*l.perDone.Load()); need > 0 && int64(deadline.Sub(now)) < need {
 			l.rejected[reasonDeadline].Add(1)
 			return Permit{}, ErrDeadline
 		}
 	}
-	lim := l.classLimit(c, l.limit.Load())
-	for {
-		if cur >= lim {
+	hasQueue := l.cfg.QueueSize > 0
+	if !hasQueue || l.waiting.Load() == 0 {
+		lim := l.classLimit(c, l.limit.Load())
+		for cur < lim {
+			if l.inflight.CompareAndSwap(cur, cur+1) {
+				return Permit{l: l, start: at}, nil
+			}
+			cur = l.inflight.Load()
+		}
+		if !hasQueue {
 			l.rejected[reasonLimit].Add(1)
 			return Permit{}, ErrLimit
 		}
-		if l.inflight.CompareAndSwap(cur, cur+1) {
-			return Permit{l: l, start: at}, nil
-		}
-		cur = l.inflight.Load()
 	}
+	return l.enqueue(ctx, queue, c, deadline, at, now)
 }
 
 // Outcome is how an admitted request ended, for Release.
@@ -383,11 +430,13 @@ func (p Permit) Release(o Outcome) {
 		return
 	}
 	inflight := l.inflight.Add(-1) + 1
-	if o != Measured {
-		return
+	if o == Measured {
+		at, _ := l.now()
+		l.record(at, p.start, inflight)
 	}
-	at, _ := l.now()
-	l.record(at, p.start, inflight)
+	if l.waiting.Load() > 0 {
+		l.dispatch()
+	}
 }
 
 // record adds the latency of a request admitted at start (nanoseconds
@@ -398,6 +447,7 @@ func (l *Limiter) record(at, start, inflight int64) {
 	w := int64(l.cfg.Window)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.lastDone.Store(at)
 	if l.winStart < 0 || at < l.winStart {
 		l.winStart = at // the first sample, or a clock that went back
 	}
@@ -431,7 +481,10 @@ func (l *Limiter) record(at, start, inflight int64) {
 	if age := at - l.winStart; age < w || (l.count < minSamples && age < slowWindows*w) {
 		return
 	}
-	l.perDone.Store((at - l.winStart) / l.count)
+	// Busy time is at most the window and at most the sum of the
+	// latencies: at low load the window is mostly idle, and the gap
+	// between arrivals is not what a request needs.
+	l.perDone.Store(min(at-l.winStart, l.sum) / l.count)
 	l.update(at)
 	l.winStart, l.sum, l.count, l.maxInflight = at, 0, 0, 0
 }
@@ -490,9 +543,12 @@ type Stats struct {
 	InFlight int
 	// Latency is Limiter.Latency.
 	Latency time.Duration
-	// RejectedLimit and RejectedDeadline count the requests refused with
-	// ErrLimit and ErrDeadline since New.
-	RejectedLimit, RejectedDeadline int64
+	// Queue is the number of requests waiting in the queue (Wait).
+	Queue int
+	// RejectedLimit, RejectedDeadline and RejectedQueue count the
+	// requests refused with ErrLimit, ErrDeadline and ErrQueueTimeout
+	// since New.
+	RejectedLimit, RejectedDeadline, RejectedQueue int64
 }
 
 // Stats returns a snapshot of l.
@@ -503,5 +559,7 @@ func (l *Limiter) Stats() Stats {
 		Latency:          l.Latency(),
 		RejectedLimit:    l.rejected[reasonLimit].Load(),
 		RejectedDeadline: l.rejected[reasonDeadline].Load(),
+		Queue:            l.Queue(),
+		RejectedQueue:    l.rejected[reasonQueue].Load(),
 	}
 }

@@ -11,9 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/breaker"
-	"github.com/stormguard/stormguard/budget"
-	"github.com/stormguard/stormguard/interceptor"
 	"github.com/stormguard/stormguard/internal/testsvc"
 )
 
@@ -90,27 +87,12 @@ func SlowStacks(p SlowParams) []Stack {
 		},
 		{
 			Name: "stormguard+admission", Streams: true, HasBreaker: true,
-			Desc: "the recommended stack: WithBudget(budget.Config{}) and WithBreaker on every hop, " + timeouts + ", and WithAdmission(admission.Config{}) on every tier's server",
-			build: func(opens *Opens) (testsvc.Config, error) {
-				if _, err := interceptor.New(interceptor.WithAdmission(admission.Config{})); err != nil {
-					return testsvc.Config{}, err
-				}
-				return testsvc.Config{
-					DialOptions: func(hop int) []grpc.DialOption {
-						set, _ := breaker.NewSet(breaker.Config{OnStateChange: func(_ string, _, to breaker.State) {
-							if to == breaker.Open {
-								opens.add(hop)
-							}
-						}}, 0)
-						return interceptor.DialOptions(interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set),
-							interceptor.WithPerAttemptTimeout(p.PerAttempt[min(hop, 2)]))
-					},
-					ServerOptions: func(int) []grpc.ServerOption {
-						// A fresh limiter per tier: WithAdmission builds it.
-						return interceptor.ServerOptions(interceptor.WithAdmission(admission.Config{}))
-					},
-				}, nil
-			},
+			Desc:  "the recommended stack: WithBudget(budget.Config{}) and WithBreaker on every hop, " + timeouts + ", and WithAdmission(admission.Config{}) on every tier's server",
+			build: slowStormguard(p, admission.Config{}),
+		},
+		{
+			Name: "stormguard+admission+queue", Streams: true, HasBreaker: true, Desc: slowQueueDesc(),
+			build: slowStormguard(p, SlowQueue),
 		},
 	}
 }

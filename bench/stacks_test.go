@@ -24,8 +24,9 @@ func TestDownOne(t *testing.T) {
 		"stormguard-throttle": {1, 1, 3},
 	}
 	// Two stacks decide by time or chance: stormguard's adaptive throttle
-	// marks payment down at the first failure that comes 50 ms after the
-	// warm-up's accept (so 1 to 3 calls, by the machine's speed), and
+	// retries only a lone failure when the warm-up's accept is 50 ms old
+	// or more, and marks payment down at once when its channel is broken
+	// (so 1 to 3 calls, by the machine's speed), and
 	// failsafe-go's adaptive throttler rejects at random (and its
 	// rejection is not a gRPC status: the user gets Unknown). For them
 	// only the wiring is checked: the request reached payment, at most 3

@@ -132,6 +132,7 @@ var wantSeries = []string{
 	"stormguard_admission_limit",
 	"stormguard_admission_in_flight",
 	"stormguard_admission_latency_seconds",
+	"stormguard_admission_queue",
 	"stormguard_admission_refusals_total",
 }
 

@@ -12,9 +12,10 @@ import (
 // WithAdaptive puts every attempt behind an adaptive throttle per target
 // from set (see adaptive.Throttle): requests are shed in proportion to
 // what the target accepts, retries go only to a healthy target, and a
-// target that has accepted nothing for 50 ms while failing is down: only
-// a few jittered probes reach it until one is answered, or until its
-// channel, seen not ready meanwhile, is ready again. A refused attempt
+// target that has accepted nothing for 50 ms while failing (eight times
+// in a row, or once with its channel not ready) is down: only a few
+// jittered probes reach it until one is answered, or until its channel,
+// seen not ready meanwhile, is ready again. A refused attempt
 // fails the call at once with codes.Unavailable (or, for a retry, the last
 // attempt's code) and the "do not retry" mark. Nil turns it off. Client
 // side.
@@ -124,12 +125,27 @@ func (c *call) settleAdaptive(err error, failure, dontRetry, ignored bool) {
 		// overload here, and no sign of health either.
 	case failure:
 		if c.conn != nil {
-			// A failure with the channel broken: its coming back will
-			// say that the target is back.
-			c.thr.Connectivity(c.conn.GetState() == connectivity.Ready)
+			c.reportConn()
 		}
 		p.Done(adaptive.Overload)
 	default:
 		p.Done(adaptive.Accept)
+	}
+}
+
+// reportConn tells the throttle, before a failure is reported, whether
+// the call's channel is connected. A failure with the channel broken
+// (connecting, in transient failure, shut down) is a strong sign of a
+// dead target, and the channel's coming back will say that the target is
+// back. An idle channel says nothing either way: it has not tried to
+// connect (a channel unused since its idle timeout, or one that a test's
+// fake invoker never used).
+func (c *call) reportConn() {
+	switch c.conn.GetState() {
+	case connectivity.Ready:
+		c.thr.Connectivity(true)
+	case connectivity.Idle:
+	default:
+		c.thr.Connectivity(false)
 	}
 }

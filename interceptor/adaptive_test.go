@@ -55,9 +55,11 @@ func newAdaptive(t *testing.T, clk *clock.Fake, o Observer) *adaptive.Set {
 	return set
 }
 
-// After healthy traffic, a dead target is down 50 ms after its last
-// accept: the calls then fail at once, without reaching it, and say "do
-// not retry" upstream; a probe's accept brings it back.
+// After healthy traffic, a dead target behind a ready (here idle)
+// channel is down at the eighth failure in a row, 50 ms or more after its
+// last accept; a quiet client retries only the first of them. The calls
+// then fail at once, without reaching it, and say "do not retry"
+// upstream; a probe's accept brings it back.
 func TestAdaptiveOutageAndRecovery(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rec := &recorder{}
@@ -74,8 +76,18 @@ func TestAdaptiveOutageAndRecovery(t *testing.T) {
 	clk.Advance(time.Second)
 	dead := &fakeInvoker{results: []error{errUnavailable}}
 	err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, dead.invoke)
-	if len(dead.seen) != 1 {
-		t.Fatalf("attempts at a target silent for 1 s: got %d, want 1 (down after the first failure, no retry)", len(dead.seen))
+	if len(dead.seen) != 2 {
+		t.Fatalf("attempts of the first call at a target silent for 1 s: got %d, want 2 (a lone failure is retried, not two in a row)", len(dead.seen))
+	}
+	th := set.Get(normalizeTarget(cc.Target()))
+	for k := 2; k <= 7; k++ {
+		if th.Down() {
+			t.Fatalf("down after %d failures in a row behind a ready channel, want 8", len(dead.seen))
+		}
+		err = i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, dead.invoke)
+	}
+	if len(dead.seen) != 8 || !th.Down() {
+		t.Fatalf("after 7 calls: %d attempts, down %v; want 8 and down", len(dead.seen), th.Down())
 	}
 	if !errors.Is(err, adaptive.ErrThrottled) {
 		t.Errorf("error: got %v, want it to wrap adaptive.ErrThrottled", err)
@@ -144,22 +156,26 @@ func TestAdaptiveHangsAndCancels(t *testing.T) {
 			cc := newCC(t)
 			_ = i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, (&fakeInvoker{results: []error{nil}}).invoke)
 			clk.Advance(time.Second)
-			var ctx context.Context
-			f := &fakeInvoker{results: []error{errUnavailable}, hang: !tc.pushback}
-			switch {
-			case tc.pushback:
-				f.pushbacks = []string{"-1"}
-				ctx = ctxTimeout(t, time.Minute)
-			case tc.deadline:
-				c, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-				t.Cleanup(cancel)
-				ctx = c
-			default:
-				c, cancel := context.WithCancel(context.Background())
-				cancel()
-				ctx = c
+			// Eight such calls: the run of failures in a row that marks
+			// a target behind a ready channel down.
+			for range 8 {
+				var ctx context.Context
+				f := &fakeInvoker{results: []error{errUnavailable}, hang: !tc.pushback}
+				switch {
+				case tc.pushback:
+					f.pushbacks = []string{"-1"}
+					ctx = ctxTimeout(t, time.Minute)
+				case tc.deadline:
+					c, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+					t.Cleanup(cancel)
+					ctx = c
+				default:
+					c, cancel := context.WithCancel(context.Background())
+					cancel()
+					ctx = c
+				}
+				_ = i.UnaryClient()(ctx, "/svc/M", nil, nil, cc, f.invoke)
 			}
-			_ = i.UnaryClient()(ctx, "/svc/M", nil, nil, cc, f.invoke)
 			if got := set.Get(normalizeTarget(cc.Target())).Down(); got != tc.wantDown {
 				t.Errorf("down: got %v, want %v", got, tc.wantDown)
 			}
@@ -220,6 +236,7 @@ func TestAdaptiveRevivedByReadyChannel(t *testing.T) {
 	p, _ := th.Allow(false)
 	p.Done(adaptive.Accept)
 	clk.Advance(time.Second)
+	th.Connectivity(false) // a dead process: one failure marks it down
 	p, _ = th.Allow(false)
 	p.Done(adaptive.Overload)
 	if !th.Down() {
@@ -255,6 +272,7 @@ func TestAdaptiveStream(t *testing.T) {
 	p, _ := th.Allow(false)
 	p.Done(adaptive.Accept)
 	clk.Advance(time.Second)
+	th.Connectivity(false) // a dead process: one failure marks it down
 	p, _ = th.Allow(false)
 	p.Done(adaptive.Overload)
 	if !th.Down() {

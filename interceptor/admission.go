@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"time"
@@ -45,12 +46,15 @@ func (st *serverState) dontRetryTrailer() metadata.MD {
 // (codes.Canceled or DeadlineExceeded, no trailer), when the server is at
 // the limit for the request's class (retries and callers already retrying
 // are refused first, see admission.Class), or when its remaining deadline
-// is shorter than the latency the server currently needs. A refusal is
+// is shorter than the latency the server currently needs. With a queue
+// (admission.Config.QueueSize, off by default), a request that meets a
+// full limit first waits in it (see admission.Limiter.Wait), and is
+// refused when its wait times out or its caller leaves. A refusal is
 // codes.Unavailable with the trailer MetadataShed and
 // grpc-retry-pushback-ms:
 //
 //   - a delay of one current latency (at least 1 ms) when a first attempt
-//     met the limit: the server was briefly full, and a retry, here or
+//     met the limit or timed out in the queue: the server was briefly full, and a retry, here or
 //     elsewhere, may succeed;
 //   - -1 ("do not retry") when a retry or a caller already retrying met
 //     the limit (the server is overloaded by retries), or when the
@@ -64,6 +68,11 @@ func (st *serverState) dontRetryTrailer() metadata.MD {
 // wait the delay or stop at -1, and go-grpc-middleware, which ignores
 // pushback, retries into the retry class, which is refused first and
 // cheaply. ResourceExhausted usually means a quota, which no retry fixes.
+//
+// A stream is admitted or refused at its start like a unary call, but
+// does not hold a slot while it stays open: the limit counts unary calls
+// (and streams being started), so long-lived streams cannot lock the
+// server out.
 //
 // An invalid cfg makes New fail. The limiter lives in the option: pass the
 // same Option value to both server interceptors to share one limit.
@@ -95,14 +104,20 @@ const (
 	// latency the server needs.
 	AdmissionDeadline
 	// AdmissionCallerGone: the caller had canceled or its deadline had
-	// passed.
+	// passed (before the request could start, or while it waited in the
+	// queue).
 	AdmissionCallerGone
+	// AdmissionQueueTimeout: the request waited in the queue
+	// (admission.Config.QueueSize) for the longest wait without getting
+	// a slot.
+	AdmissionQueueTimeout
 )
 
 var admissionReasonNames = map[AdmissionReason]string{
-	AdmissionLimit:      "limit",
-	AdmissionDeadline:   "deadline",
-	AdmissionCallerGone: "caller_gone",
+	AdmissionLimit:        "limit",
+	AdmissionDeadline:     "deadline",
+	AdmissionCallerGone:   "caller_gone",
+	AdmissionQueueTimeout: "queue_timeout",
 }
 
 func (r AdmissionReason) String() string {
@@ -116,7 +131,15 @@ func (r AdmissionReason) String() string {
 // does nothing.
 type admitted struct{ p admission.Permit }
 
-// done releases the request's slot. A stream's life is not a latency.
+// done releases the request's slot: a unary call's when its handler
+// returned, with its latency; a stream's as soon as it was admitted, with
+// no latency. Admission control admits a stream's start (an overloaded
+// server opens no new streams, and sheds retried ones first) but does not
+// count the stream against the limit for its life: a watch or
+// subscription may stay open for hours while costing nothing, so its life
+// is not a request's latency; and streams that held slots would, once as
+// many were open as the limit, refuse every other request for good, with
+// no measured request left to raise the limit.
 func (a admitted) done(stream bool) {
 	if stream {
 		a.p.Release(admission.Ignored)
@@ -140,16 +163,25 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 	}
 	dl, _ := sc.Deadline()
 	class := admission.ClassOf(sc.st.info.Attempt, sc.st.info.UpstreamRetries)
-	p, err := l.Acquire(class, dl)
+	p, err := l.Wait(sc, class, dl)
 	if err == nil {
 		return admitted{p: p}, nil
 	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The caller left while the request waited in the queue.
+		err = status.FromContextError(err).Err()
+		s.refused(sc, method, AdmissionCallerGone, status.Code(err), 0)
+		return admitted{}, err
+	}
 	reason, pb, msg := AdmissionDeadline, int64(-1), "stormguard: admission: deadline shorter than the server's current latency"
-	if errors.Is(err, admission.ErrLimit) {
+	full := errors.Is(err, admission.ErrLimit)
+	if full {
 		reason, msg = AdmissionLimit, "stormguard: admission: concurrency limit reached"
-		if class == admission.ClassFirst {
-			pb = max(l.Latency().Milliseconds(), 1)
-		}
+	} else if errors.Is(err, admission.ErrQueueTimeout) {
+		full, reason, msg = true, AdmissionQueueTimeout, "stormguard: admission: timed out in the queue"
+	}
+	if full && class == admission.ClassFirst {
+		pb = max(l.Latency().Milliseconds(), 1)
 	}
 	md := dontRetryShed
 	if pb >= 0 {

@@ -34,10 +34,11 @@
 //   - An adaptive throttle per target (WithAdaptive, package adaptive), the
 //     recommended protection with the budget: it sheds in proportion to
 //     what payment accepts (never refusing capacity that exists), stops
-//     retries into a failing target at once, marks payment down 50 ms after
-//     its last accept whatever came before, and probes a little, often,
-//     closing on the first answer, so users are back within a probe gap of
-//     payment.
+//     retries into a failing target at once, marks payment down 50 ms or
+//     more after its last accept whatever came before, on evidence that
+//     random failures do not give (eight failures in a row, or one with
+//     the channel not ready), and probes a little, often, closing on the
+//     first answer, so users are back within a probe gap of payment.
 //
 // # Trade-offs
 //

@@ -138,7 +138,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	if err != nil {
 		return err
 	}
-	defer a.done(true)
+	a.done(true) // a stream's start only takes a slot: see admitted.done
 	returned := false
 	defer func() {
 		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {

@@ -50,6 +50,7 @@ func TestAdaptiveMetrics(t *testing.T) {
 	p, _ := a.Allow(false)
 	p.Done(adaptive.Accept)
 	fc.Advance(time.Second)
+	a.Connectivity(false) // a dead process: one failure marks it down
 	p, _ = a.Allow(false)
 	p.Done(adaptive.Overload)
 	check("a down", map[string]string{prob: "1", down: "1", toDn: "1"})

@@ -20,7 +20,7 @@ const (
 	// as given to Admission.Track.
 	ServerKey = attribute.Key("stormguard.admission.server")
 	// AdmissionReasonKey is why admission control refused a request:
-	// "limit", "deadline" or "caller_gone".
+	// "limit", "deadline", "caller_gone" or "queue_timeout".
 	AdmissionReasonKey = attribute.Key("stormguard.admission.reason")
 )
 
@@ -29,6 +29,7 @@ const (
 //	stormguard.admission.limit      gauge    the concurrency limit, per server
 //	stormguard.admission.in_flight  gauge    requests admitted and not finished, per server
 //	stormguard.admission.latency    gauge    s, the least latency of the limiter's last window, per server
+//	stormguard.admission.queue      gauge    requests waiting in the limiter's queue (admission.Config.QueueSize), per server
 //	stormguard.admission.refusals   counter  requests refused before the handler, by reason
 //
 // Install it as an observer of the server interceptors, next to Metrics
@@ -38,9 +39,10 @@ type Admission struct {
 	limit    metric.Int64ObservableGauge
 	inflight metric.Int64ObservableGauge
 	latency  metric.Float64ObservableGauge
+	queue    metric.Int64ObservableGauge
 	refusals metric.Int64Counter
 	reg      metric.Registration
-	reasons  [4]attrOpts // by interceptor.AdmissionReason; 0 is "other"
+	reasons  [5]attrOpts // by interceptor.AdmissionReason; 0 is "other"
 
 	mu      sync.Mutex
 	servers []trackedServer
@@ -72,16 +74,19 @@ func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 	a.latency, err = meter.Float64ObservableGauge("stormguard.admission.latency", metric.WithUnit("s"),
 		metric.WithDescription("The least latency of the admission limiter's last window: what a request needs at least, per server."))
 	errs = append(errs, err)
+	a.queue, err = meter.Int64ObservableGauge("stormguard.admission.queue", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests waiting in the admission limiter's queue, per server."))
+	errs = append(errs, err)
 	a.refusals, err = meter.Int64Counter("stormguard.admission.refusals", metric.WithUnit("{request}"),
 		metric.WithDescription("Requests refused by admission control before their handler, by reason."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	for r, name := range []string{"other", "limit", "deadline", "caller_gone"} {
+	for r, name := range []string{"other", "limit", "deadline", "caller_gone", "queue_timeout"} {
 		a.reasons[r] = newAttrOpts(semconv.RPCSystemGRPC, AdmissionReasonKey.String(name))
 	}
-	a.reg, err = meter.RegisterCallback(a.collect, a.limit, a.inflight, a.latency)
+	a.reg, err = meter.RegisterCallback(a.collect, a.limit, a.inflight, a.latency, a.queue)
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +128,7 @@ func (a *Admission) collect(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(a.limit, int64(st.Limit), s.attrs)
 		o.ObserveInt64(a.inflight, int64(st.InFlight), s.attrs)
 		o.ObserveFloat64(a.latency, st.Latency.Seconds(), s.attrs)
+		o.ObserveInt64(a.queue, int64(st.Queue), s.attrs)
 	}
 	return nil
 }

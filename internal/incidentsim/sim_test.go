@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/internal/clock"
 )
 
 func run(t *testing.T, sc Scenario, st Stack) *Result {
@@ -117,23 +120,65 @@ func TestReport(t *testing.T) {
 	}
 }
 
-// The fleet of 1000 replicas at 1 req/s each stays within 0.05 of the
-// floor of one call per replica, and a restart whose channels reconnect
-// brings it back within grpc-go's reconnect backoff instead of the ~20
-// requests each replica needs for a probe.
+// The fleet of 1000 replicas at 1 req/s each. When payment's process is
+// gone (a restart: the channels break), it stays within 0.05 of the floor
+// of one call per replica, and the channels that reconnect bring it back
+// within grpc-go's reconnect backoff. When payment refuses everything
+// behind ready channels, a replica at 1 req/s needs eight failures in a
+// row to call it down and retries the first of them, as it must at random
+// failures (see adaptive/quiet.go): the trade-off of issue 13's review
+// finding 1, bounded here at 1.25 calls per request (the retry of each
+// replica's first failed request; about 4 requests each in the outage).
 func TestFleet(t *testing.T) {
 	st := stack(t, "adaptive+budget")
 	sc := Fleet(1000, 10*s, 1)
-	r := run(t, sc, st)
-	w := r.Window(3*s, 7*s)
-	if floor := 1000 / float64(w.Users); w.CallsPerRequest() > floor+0.05 {
-		t.Errorf("1000 replicas: %.3f calls/req, want <= floor %.3f + 0.05", w.CallsPerRequest(), floor)
-	}
-	if got := r.Recovery(7*s, 17*s); got >= 0 {
-		t.Errorf("1000 replicas, probes only: 99 %% after %v, want not within 10 s (1 probe per 20 requests)", got)
+	w := run(t, sc, st).Window(3*s, 7*s)
+	if got := w.CallsPerRequest(); got > 1.25 {
+		t.Errorf("1000 replicas, ready channels: %.3f calls/req, want <= 1.25", got)
 	}
 	sc.Faults[0].Restart = true
-	if got := run(t, sc, st).Recovery(7*s, 17*s); got < 0 || got > 5*s {
+	r := run(t, sc, st)
+	w = r.Window(3*s, 7*s)
+	if floor := 1000 / float64(w.Users); w.CallsPerRequest() > floor+0.05 {
+		t.Errorf("1000 replicas, restart: %.3f calls/req, want <= floor %.3f + 0.05", w.CallsPerRequest(), floor)
+	}
+	if got := r.Recovery(7*s, 17*s); got < 0 || got > 5*s {
 		t.Errorf("1000 replicas, restart: 99 %% after %v, want within 5 s", got)
+	}
+}
+
+// Random failures stay invisible at every rate: a client at 1, 10 and 50
+// requests/s (and 1000, in TestAdaptiveTargets) to a payment that fails
+// 10 % or 30 % at random serves at least what retries off serves, at 30 %
+// at least 83 %, and its throttle refuses at most 0.1 % of the requests
+// (retries that the quiet rule refuses are counted apart: they are the
+// third attempts of a client that saw two failures in a row). Review
+// finding 1: before, a quiet client's target was down at each failure,
+// and 52 % to 81 % of requests were refused below 20 requests/s.
+func TestRandomFailuresEveryRate(t *testing.T) {
+	var th *adaptive.Throttle
+	base := stack(t, "adaptive+budget")
+	st := base
+	st.New = func(clk *clock.Fake, rnd func() float64) (Guard, error) {
+		g, err := base.New(clk, rnd)
+		th = g.Throttle
+		return g, err
+	}
+	off := stack(t, "off")
+	for _, rate := range []float64{1, 10, 50} {
+		for _, f := range []float64{0.1, 0.3} {
+			d := time.Duration(20000/rate) * time.Second
+			sc := Scenario{Name: "quiet", Duration: d, Load: rate, Seed: 1,
+				Faults: []Fault{{To: 2 * d, Kind: Random, Value: f}}}
+			w, wo := run(t, sc, st).Window(0, d), run(t, sc, off).Window(0, d)
+			want := wo.Success()
+			if f == 0.3 {
+				want = max(want, 0.83)
+			}
+			s := th.Stats()
+			if w.Success() < want || float64(s.Shed+s.Refused) > 0.001*float64(w.Users) {
+				t.Errorf("%.0f req/s, %.0f %%: success %.4f, requests refused %d of %d (%+v); want >= %.4f, <= 0.1 %%", rate, 100*f, w.Success(), s.Shed+s.Refused, w.Users, s, want)
+			}
+		}
 	}
 }

@@ -32,6 +32,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	slowOnly = sre
 	var stacks []bench.Stack
 	for _, s := range bench.Stacks() {
 		if sre.MatchString(s.Name) {

@@ -3,16 +3,29 @@ package main
 import (
 	"fmt"
 	"io"
+	"regexp"
 
 	"github.com/stormguard/stormguard/bench"
 )
+
+// slowOnly selects the slow scenario's stacks by name (-stacks); nil
+// means all.
+var slowOnly *regexp.Regexp
 
 // runSlow runs the slow-dependency scenario for each of its stacks and
 // prints the summary and the time slices.
 func runSlow(w io.Writer, seed uint64) error {
 	p := bench.DefaultSlowParams
 	p.Seed = seed
-	stacks := bench.SlowStacks(p)
+	var stacks []bench.Stack
+	for _, s := range bench.SlowStacks(p) {
+		if slowOnly == nil || slowOnly.MatchString(s.Name) {
+			stacks = append(stacks, s)
+		}
+	}
+	if len(stacks) == 0 {
+		return nil
+	}
 	results := make([]bench.Slow, len(stacks))
 	for i, s := range stacks {
 		r, err := bench.RunSlow(s, p)

@@ -1,0 +1,60 @@
+package adaptive
+
+// The down decision and the probe credit, sized so that random failures
+// stay invisible at every request rate (issue 13, review finding 1): a
+// quiet client sees no accepts between its own attempts, so silence
+// alone cannot tell a dead target from a random failure there.
+
+// enoughEvidence reports whether the overload failures since the last
+// accept (t.run, the one just reported included) are enough to mark the
+// target down, once they have lasted DownAfter: one failure while the
+// connection is not ready (a strong, cheap signal of a dead process:
+// random failures come on a ready connection), minColdRun for a target
+// that never accepted anything, and otherwise downRun in a row (0.3^8,
+// about 7e-5, at 30 % random failures). t.mu is held.
+func (t *Throttle) enoughEvidence() bool {
+	switch {
+	case !t.accepted:
+		return t.run >= minColdRun
+	case t.broken:
+		return true
+	}
+	return t.run >= downRun
+}
+
+// quietRunMin is the run of failures from which a quiet client's retry
+// is refused.
+const quietRunMin = 2
+
+// quietRun reports whether a retry is refused because the target has
+// failed twice in a row or more and accepted nothing for DownAfter. A
+// client too quiet to see accepts between its attempts retries only a
+// lone failure (two attempts: 91 % success at 30 % random failures), so
+// that a dead target behind a ready connection gets one retry per
+// replica, not one per request until downRun failures have come. A busy
+// client sees accepts within DownAfter and keeps its retries up to
+// retryRun. t.mu is held.
+func (t *Throttle) quietRun(el int64) bool {
+	return t.accepted && t.run >= quietRunMin && el-t.lastAccept >= int64(t.cfg.DownAfter)
+}
+
+// probeNeed is the probe credit the next probe of a down target needs.
+// A target marked down on a run of failures behind a ready connection
+// (t.early) may be a false alarm: its first probe needs one request's
+// credit (ProbeRatio: the first request after the jittered gap), and
+// each later one twice the one before, up to a whole probe (1/ProbeRatio
+// requests). A false "down" so costs a client a request or two at any
+// rate, and a dead target soon gets only ProbeRatio of the requests. A
+// target down while its connection was broken, or that never accepted
+// anything, needs a whole probe from the start: its connection coming
+// back revives it (Connectivity). t.mu is held.
+func (t *Throttle) probeNeed() float64 {
+	if !t.early {
+		return 1
+	}
+	need := t.cfg.ProbeRatio
+	for i := 0; i < t.probes && need < 1; i++ {
+		need *= 2
+	}
+	return min(need, 1)
+}

@@ -1,0 +1,49 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/breaker"
+	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/interceptor"
+	"github.com/stormguard/stormguard/internal/testsvc"
+)
+
+// SlowQueue is the admission queue of the slow scenario's queue stack:
+// 16 waiters, at most 20 ms each, 5 ms once backed up.
+var SlowQueue = admission.Config{QueueSize: 16, QueueTimeout: 20 * time.Millisecond, QueueTarget: 5 * time.Millisecond}
+
+// slowQueueDesc describes SlowQueue.
+func slowQueueDesc() string {
+	return fmt.Sprintf("stormguard+admission, with the optional queue on every tier's server: QueueSize %d, QueueTimeout %v, QueueTarget %v (CoDel timeouts, LIFO when backed up)",
+		SlowQueue.QueueSize, SlowQueue.QueueTimeout, SlowQueue.QueueTarget)
+}
+
+// slowStormguard builds the recommended stormguard stack of the slow
+// scenario with admission cfg on every tier's server.
+func slowStormguard(p SlowParams, cfg admission.Config) func(*Opens) (testsvc.Config, error) {
+	return func(opens *Opens) (testsvc.Config, error) {
+		if _, err := interceptor.New(interceptor.WithAdmission(cfg)); err != nil {
+			return testsvc.Config{}, err
+		}
+		return testsvc.Config{
+			DialOptions: func(hop int) []grpc.DialOption {
+				set, _ := breaker.NewSet(breaker.Config{OnStateChange: func(_ string, _, to breaker.State) {
+					if to == breaker.Open {
+						opens.add(hop)
+					}
+				}}, 0)
+				return interceptor.DialOptions(interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set),
+					interceptor.WithPerAttemptTimeout(p.PerAttempt[min(hop, 2)]))
+			},
+			ServerOptions: func(int) []grpc.ServerOption {
+				// A fresh limiter per tier: WithAdmission builds it.
+				return interceptor.ServerOptions(interceptor.WithAdmission(cfg))
+			},
+		}, nil
+	}
+}
