@@ -15,9 +15,9 @@ import (
 // A Set holds at most maxKeys breakers. When it is full, Get for a new key
 // evicts one breaker, chosen by a clock hand that sweeps the breakers in
 // insertion order: it skips breakers that are not closed, and gives closed
-// breakers used since its last pass a second chance. So the victim is a
-// closed breaker that has not been used recently, if there is any closed
-// breaker at all; only when every breaker is open or half-open is one of
+// breakers used since its last pass (or, for a new one, since the Get that
+// created it) a second chance. So the victim is a closed breaker that has
+// not been used recently, if there is any closed breaker at all; only when every breaker is open or half-open is one of
 // them evicted (the one under the hand, roughly the oldest). An evicted
 // breaker keeps working for whoever holds it, but the Set forgets it: the
 // next Get for its key creates a fresh, closed breaker.
@@ -79,8 +79,11 @@ func (s *Set) insert(key string) *Breaker {
 	cfg := s.cfg
 	cfg.Name = key
 	cfg.OnStateChange = s.stateChanged
+	// A new entry starts unused: it earns its second chance by a second
+	// Get. (Started used, a flood of new keys would leave every entry
+	// used, and the hand, after clearing them all, would evict whatever
+	// it stood on, a hot key included.)
 	e := &entry{key: key, b: newBreaker(cfg)}
-	e.used.Store(true)
 	if len(s.ring) < s.max {
 		s.ring = append(s.ring, e)
 	} else {

@@ -94,7 +94,7 @@ func TestSetEviction(t *testing.T) {
 		s.Get("a")
 		s.Get("b")
 		s.Get("c")
-		s.Get("d") // all were used since insertion: the hand clears them, then takes a
+		s.Get("d") // none was used since insertion: the hand takes a
 		wantKeys(t, s, "b", "c", "d")
 		s.Get("b") // b gets a second chance, c does not
 		s.Get("e")
@@ -234,5 +234,27 @@ func TestSetNeverEvictsOpenWhileClosedExist(t *testing.T) {
 		if v, ok := s.m.Load("dead"); !ok || v.(*entry).b != dead {
 			t.Fatalf("after %d inserts the open breaker was evicted while closed ones were in the set", i+1)
 		}
+	}
+}
+
+// TestSetHotKeySurvivesFlood: a key used all along stays in a full set
+// while 5 000 one-off keys pass through it. Before the fix new entries
+// started as used, so the flood left every entry used; the hand cleared
+// them all in one round and evicted whatever it stood on: the hot key,
+// at the first insert past the bound.
+func TestSetHotKeySurvivesFlood(t *testing.T) {
+	s, _ := newTestSet(t, Config{}, 0)
+	hot := s.Get("hot")
+	for i := range 5000 {
+		s.Get("once" + strconv.Itoa(i))
+		if i%10 == 0 && s.Get("hot") != hot {
+			t.Fatalf("after %d one-off keys the hot key was evicted", i+1)
+		}
+		if n := s.Len(); n > DefaultMaxKeys {
+			t.Fatalf("got Len %d, want at most %d", n, DefaultMaxKeys)
+		}
+	}
+	if got := s.Get("hot"); got != hot {
+		t.Fatal("after the flood the hot key was evicted")
 	}
 }

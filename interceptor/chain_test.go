@@ -87,8 +87,7 @@ func TestPaymentDownOneRequest(t *testing.T) {
 	}
 }
 
-// load sends n requests from users goroutines and reports what the users
-// saw.
+// loadResult is what the users of load saw.
 type loadResult struct {
 	ok, failed int
 	latencies  []time.Duration
@@ -105,9 +104,21 @@ func (r loadResult) percentile(p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
+// requestDeadline is the deadline of each request that load sends: far
+// beyond what a request takes even on a loaded machine (milliseconds), so
+// that every failure the tests count is the chain's, and yet a bound on a
+// request that hangs.
+const requestDeadline = 30 * time.Second
+
+// load sends n requests from users goroutines and reports what the users
+// saw. Each request has its own deadline, which starts when it is sent.
+// Nothing bounds the run as a whole: a run on a slow machine takes longer
+// and every request still counts. (A deadline on the whole run once cut a
+// slow run short, and every request after it failed at once: success
+// 0.7069 where the chain gave 0.999.) The run is bounded all the same: n
+// requests, each ending by its deadline.
 func load(t *testing.T, c *testsvc.Chain, n, users int) loadResult {
 	t.Helper()
-	ctx := ctxTimeout(t, 2*time.Minute)
 	var (
 		next atomic.Int64
 		mu   sync.Mutex
@@ -118,7 +129,7 @@ func load(t *testing.T, c *testsvc.Chain, n, users int) loadResult {
 		wg.Go(func() {
 			cl := c.Client()
 			for next.Add(1) <= int64(n) {
-				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				rctx, cancel := context.WithTimeout(context.Background(), requestDeadline)
 				start := time.Now()
 				_, err := cl.Unary(rctx, &testsvcv1.UnaryRequest{})
 				d := time.Since(start)

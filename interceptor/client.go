@@ -83,7 +83,7 @@ type call struct {
 	last    error
 	started time.Time // of the current attempt, when observed
 	// timedOut: the last attempt's own per-attempt timeout expired (unary
-	// only), which alone makes DeadlineExceeded retryable.
+	// only; see ownTimeout), which alone makes DeadlineExceeded retryable.
 	timedOut bool
 	// committed: the call can no longer be retried (gRFC A6): response
 	// headers or a message arrived, or a stream outgrew its replay buffer.

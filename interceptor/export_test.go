@@ -13,6 +13,12 @@ func withRand(f func() float64) Option {
 	return Option{apply: func(c *config) error { c.rand = f; return nil }}
 }
 
+// withNow replaces the clock that an attempt's end is read from, to
+// compare it with the attempt's deadline.
+func withNow(f func() time.Time) Option {
+	return Option{apply: func(c *config) error { c.now = f; return nil }}
+}
+
 // withSleep replaces the wait between attempts.
 func withSleep(f func(ctx context.Context, d time.Duration) error) Option {
 	return Option{apply: func(c *config) error { c.sleep = f; return nil }}

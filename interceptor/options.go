@@ -80,10 +80,11 @@ type config struct {
 	// a per-attempt timeout (see check).
 	deadlineCode bool
 
-	// Test hooks: the random source for jitter, and the wait between
-	// attempts.
+	// Test hooks: the random source for jitter, the wait between
+	// attempts, and the time an attempt ended (compared with its deadline).
 	rand  func() float64
 	sleep func(ctx context.Context, d time.Duration) error
+	now   func() time.Time
 }
 
 func defaultConfig() config {
@@ -94,6 +95,7 @@ func defaultConfig() config {
 		replayLimit: DefaultReplayBufferSize,
 		rand:        rand.Float64,
 		sleep:       sleepCtx,
+		now:         time.Now,
 	}
 }
 
@@ -249,9 +251,12 @@ func WithBackoff(b Backoff) Option {
 }
 
 // WithPerAttemptTimeout bounds each attempt by d, within the caller's
-// deadline. Only with it is DeadlineExceeded retried (when the attempt's
-// timeout, not the caller's, expired). Zero, the default, means no
-// per-attempt timeout. Client side; usable per call.
+// deadline. Only with it is DeadlineExceeded retried: when the attempt's
+// timeout, not the caller's, expired, that is when the answer arrives
+// after the attempt's deadline and that deadline is earlier than the
+// caller's, whether the client's timer or the server's (sent in
+// grpc-timeout) fired first. Zero, the default, means no per-attempt
+// timeout. Client side; usable per call.
 func WithPerAttemptTimeout(d time.Duration) Option {
 	return Option{apply: func(c *config) error {
 		if d < 0 {

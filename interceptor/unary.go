@@ -2,7 +2,6 @@ package interceptor
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"google.golang.org/grpc"
@@ -72,8 +71,8 @@ func (u *unaryCall) attempt(method string, req, reply any, cc *grpc.ClientConn, 
 	defer cancel()
 	u.header, u.trailer = nil, nil
 	err = invoker(actx, method, req, reply, cc, opts...)
-	// Only the attempt's own timer makes DeadlineExceeded retryable.
-	c.timedOut = c.cfg.perAttemptTimeout > 0 && c.ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded)
+	// Only the attempt's own timeout makes DeadlineExceeded retryable.
+	c.timedOut = c.ownTimeout(actx, err, c.cfg.now())
 	c.committed = u.header != nil
 	held = breaker.Permit{}
 	return c.after(permit, err, u.trailer)

@@ -61,7 +61,7 @@
 //	pushback      StopPushback      the server answered "do not retry"
 //	deadline      StopDeadline      the caller's deadline ends before the retry could start
 //	throttled     StopThrottled     the adaptive throttle refused (shed, unhealthy target, or down; also the first attempt)
-//	committed     StopCommitted     a stream failed after its first response
+//	committed     StopCommitted     the call failed after it committed: response headers or a message had arrived, or a stream outgrew its replay buffer or its Context or Trailer was taken
 //	not_retryable, canceled, other  not reported by the interceptors today
 //
 // stormguard.target is the key of the budget or breaker: the client

@@ -41,6 +41,21 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// watchdog returns a context that ends with the test, or 30 s before
+// go test's -timeout would end the test binary, so that a deadlock fails
+// the test with a message instead of a panic. It bounds no RPC: each has
+// its own deadline. Without a -timeout it ends after 10 minutes.
+func watchdog(t *testing.T) context.Context {
+	t.Helper()
+	dl, ok := t.Deadline()
+	if !ok {
+		return ctxT(t, 10*time.Minute)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), dl.Add(-30*time.Second))
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // frozen is a clock that never moves: budgets and breakers then decide on
 // counts alone, so the bounds the tests check are exact.
 func frozen() *clock.Fake { return clock.NewFake(time.Unix(1_000_000, 0)) }
