@@ -59,11 +59,11 @@ func TestSetStateListenerKeyed(t *testing.T) {
 	add := func(key any, tag string) {
 		s.AddStateListener(key, func(_ string, _, to State) { log = append(log, tag+" "+to.String()) })
 	}
-	type obs struct{ n int }
-	o := &obs{}
+	type obs struct{ name string } // not of size zero: distinct pointers differ
+	o := &obs{name: "o"}
 	add(o, "first o")
 	add(o, "second o") // replaces "first o"
-	add(&obs{}, "other")
+	add(&obs{name: "o"}, "other") // equal contents, another key
 	add(nil, "nil 1")
 	add(nil, "nil 2")
 	add([]int{1}, "slice 1") // not comparable: added, never matched
