@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 )
@@ -23,6 +24,16 @@ type Set struct {
 	n   atomic.Int64
 	m   sync.Map // string -> *Throttle
 	mu  sync.Mutex
+
+	// listeners are called after cfg.OnDown; copy on write under mu.
+	listeners atomic.Pointer[[]downListener]
+}
+
+// downListener is a function AddDownListener added, and its key.
+type downListener struct {
+	key   any
+	keyed bool // key is comparable and not nil
+	f     func(name string, down bool)
 }
 
 // NewSet returns an empty Set for at most maxKeys throttles made from cfg.
@@ -57,10 +68,54 @@ func (s *Set) Get(key string) *Throttle {
 	}
 	cfg := s.cfg
 	cfg.Name = key
+	cfg.OnDown = s.downChanged
 	t := newThrottle(cfg)
 	s.m.Store(key, t)
 	s.n.Add(1)
 	return t
+}
+
+// AddDownListener adds f to the functions called when a throttle of the
+// set, one that exists or one to come, marks its target down (true) or up
+// again (false): after the Config's OnDown, with no lock held. A nil f is
+// ignored; there is no removal. Adding under a key already present
+// replaces that listener, so that code that builds several interceptors
+// from one Set (the interceptor package keys its listener by the
+// observer) reports each change once; a nil key, or one whose type is not
+// comparable, never matches, and the listener is always added.
+func (s *Set) AddDownListener(key any, f func(name string, down bool)) {
+	if f == nil {
+		return
+	}
+	keyed := key != nil && reflect.TypeOf(key).Comparable()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next []downListener
+	if old := s.listeners.Load(); old != nil {
+		next = append(next, *old...)
+	}
+	for i, l := range next {
+		if keyed && l.keyed && l.key == key {
+			next[i].f = f
+			s.listeners.Store(&next)
+			return
+		}
+	}
+	next = append(next, downListener{key: key, keyed: keyed, f: f})
+	s.listeners.Store(&next)
+}
+
+// downChanged is the OnDown of every throttle of the set: the user's
+// callback, then the listeners.
+func (s *Set) downChanged(name string, down bool) {
+	if f := s.cfg.OnDown; f != nil {
+		f(name, down)
+	}
+	if ls := s.listeners.Load(); ls != nil {
+		for _, l := range *ls {
+			l.f(name, down)
+		}
+	}
 }
 
 // Range calls f for each key and throttle until f returns false, for

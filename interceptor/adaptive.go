@@ -44,6 +44,12 @@ func WithAdaptive(set *adaptive.Set) Option {
 // AdaptiveObserver returns a function for adaptive.Config.OnDown that
 // reports each change of a set's throttles to o as an EventTargetDown or
 // EventTargetUp, with the throttle's key as Target.
+//
+// New needs no help: given both WithObserver and WithAdaptive, it reports
+// the Set's changes to the observer itself, once per Set and observer.
+// Use AdaptiveObserver only for a Set used without New, or for another
+// observer than New's: wiring New's observer here as well reports each
+// change twice.
 func AdaptiveObserver(o Observer) func(name string, down bool) {
 	return func(name string, down bool) {
 		k := EventTargetUp
@@ -52,6 +58,16 @@ func AdaptiveObserver(o Observer) func(name string, down bool) {
 		}
 		o.Observe(context.Background(), Event{Kind: k, Target: name})
 	}
+}
+
+// wireAdaptiveObserver reports the down and up changes of cfg's throttle
+// Set to cfg's observer, when both are set, keyed by the observer (see
+// wireBreakerObserver).
+func wireAdaptiveObserver(cfg *config) {
+	if cfg.observer == nil || cfg.throttles == nil {
+		return
+	}
+	cfg.throttles.AddDownListener(cfg.observer, AdaptiveObserver(cfg.observer))
 }
 
 // RangeThrottles calls f for each target's adaptive throttle until f

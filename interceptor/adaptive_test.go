@@ -63,7 +63,7 @@ func newAdaptive(t *testing.T, clk *clock.Fake, o Observer) *adaptive.Set {
 func TestAdaptiveOutageAndRecovery(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rec := &recorder{}
-	set := newAdaptive(t, clk, rec)
+	set := newAdaptive(t, clk, nil) // New wires rec into the set
 	var s sleeps
 	i := mustNew(t, WithAdaptive(set), WithObserver(rec), s.option())
 	cc := newCC(t)

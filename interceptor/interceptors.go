@@ -20,6 +20,7 @@ func New(opts ...Option) (*Interceptors, error) {
 		return nil, err
 	}
 	wireBreakerObserver(&cfg)
+	wireAdaptiveObserver(&cfg)
 	return &Interceptors{client: client{cfg: cfg}, server: server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission}}, nil
 }
 

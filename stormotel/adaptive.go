@@ -34,7 +34,9 @@ const DownKey = attribute.Key("stormguard.adaptive.down")
 //   - stormguard.adaptive.down (gauge, 1): 1 while the target is down.
 //
 // Install it with interceptor.WithObserver(interceptor.Observers(m, am))
-// and interceptor.AdaptiveObserver(am) as adaptive.Config.OnDown, and call
+// (New then reports the down and up changes of the set given with
+// WithAdaptive too; interceptor.AdaptiveObserver(am) as
+// adaptive.Config.OnDown is only for a set used without New), and call
 // Track for the gauges. Targets are attribute values, so the number of
 // distinct targets bounds the series (adaptive.Set holds at most its
 // maxKeys).
