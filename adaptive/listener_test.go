@@ -28,7 +28,7 @@ func TestSetDownListener(t *testing.T) {
 	add(o, "first o")
 	add(o, "second o") // replaces "first o"
 	add(nil, "nil")
-	add([]int{1}, "slice") // not comparable: added, never matched
+	add([]int{1}, "slice")            // not comparable: added, never matched
 	set.AddDownListener("nil f", nil) // ignored
 	th := set.Get("payment")
 	attempt(th, false, Accept)
