@@ -76,15 +76,9 @@ func incidents(w io.Writer, stacks []bench.Stack, seed uint64, only *regexp.Rege
 // backIn returns the time from end to the end of the last 25 ms slice of
 // s, before until, with less than 99 % success.
 func backIn(s bench.Samples, end, until time.Duration) string {
-	const slice = 25 * time.Millisecond
-	last := time.Duration(0)
-	for from := end; from+slice <= until; from += slice {
-		if b := s.Between(from, from+slice); len(b) > 0 && b.Success() < 0.99 {
-			last = from + slice - end
-		}
-	}
-	if last >= until-end-slice {
+	d, ok := s.Recovery(end, until, 25*time.Millisecond)
+	if !ok {
 		return "> " + ms(until-end)
 	}
-	return ms(last)
+	return ms(d)
 }
