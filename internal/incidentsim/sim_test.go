@@ -137,3 +137,19 @@ func TestFleet(t *testing.T) {
 		t.Errorf("1000 replicas, restart: 99 %% after %v, want within 5 s", got)
 	}
 }
+
+// The trade-off tables print every row; with one seed they are exact.
+func TestTradeoffs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the tables take a few seconds")
+	}
+	var b bytes.Buffer
+	if err := Tradeoffs(&b, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| 3 | 19.6 % | 19.2 % |", "| 0.05 | +0.035 | 50ms | +0.066 | 250ms |", "| 0.02 |", "| 0.10 |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("tables lack %q:\n%s", want, b.String())
+		}
+	}
+}
