@@ -160,7 +160,7 @@ func TestAdaptiveHangsAndCancels(t *testing.T) {
 				ctx = c
 			}
 			_ = i.UnaryClient()(ctx, "/svc/M", nil, nil, cc, f.invoke)
-			if got := set.Get(cc.Target()).Down(); got != tc.wantDown {
+			if got := set.Get("payment").Down(); got != tc.wantDown {
 				t.Errorf("down: got %v, want %v", got, tc.wantDown)
 			}
 		})
@@ -186,7 +186,7 @@ func TestAdaptiveSilentAtRandomFailures(t *testing.T) {
 		}
 		clk.Advance(time.Millisecond)
 	}
-	if s := set.Get(cc.Target()).Stats(); s.Shed+s.RetriesRefused+s.Refused != 0 {
+	if s := set.Get("payment").Stats(); s.Shed+s.RetriesRefused+s.Refused != 0 {
 		t.Errorf("refusals at 30 %% random failures: %+v", s)
 	}
 }
@@ -239,7 +239,7 @@ func TestAdaptiveStream(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	set := newAdaptive(t, clk, nil)
 	cc := newCC(t)
-	th := set.Get(cc.Target())
+	th := set.Get("payment")
 	p, _ := th.Allow(false)
 	p.Done(adaptive.Accept)
 	clk.Advance(time.Second)
