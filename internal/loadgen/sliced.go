@@ -3,6 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/connectivity"
@@ -84,8 +85,13 @@ func Sliced(c *testsvc.Chain, rate int, total, deadline, width time.Duration, co
 	}
 	slices := make([]Slice, n)
 	for i := range n {
-		from := time.Duration(i) * width
-		slices[i] = Slice{Start: from, Samples: s.Between(from, from+width), Calls: marks[i+1] - marks[i]}
+		from, to := time.Duration(i)*width, time.Duration(i+1)*width
+		if i == n-1 {
+			// A request sent at the last tick may start (in its own
+			// goroutine) after total: it belongs to the last slice.
+			to = math.MaxInt64
+		}
+		slices[i] = Slice{Start: from, Samples: s.Between(from, to), Calls: marks[i+1] - marks[i]}
 	}
 	return s, slices
 }
