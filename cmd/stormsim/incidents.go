@@ -95,7 +95,7 @@ var (
 type chainMode struct {
 	name, about string
 	dial        func(hop int) ([]grpc.DialOption, error)
-	server      func(tier int) []grpc.ServerOption
+	server      func(tier int) ([]grpc.ServerOption, error) // nil: no server interceptor
 }
 
 // chainModes returns the modes of ms for the scenarios on the chain.
@@ -104,13 +104,7 @@ func chainModes(ms []mode) []chainMode {
 	for i, m := range ms {
 		out[i] = chainMode{name: m.name, about: m.about, dial: func(int) ([]grpc.DialOption, error) { return m.dial(nil) }}
 		if m.server != nil {
-			out[i].server = func(int) []grpc.ServerOption {
-				o, err := m.server(nil)
-				if err != nil {
-					return nil
-				}
-				return o
-			}
+			out[i].server = func(int) ([]grpc.ServerOption, error) { return m.server(nil) }
 		}
 	}
 	return out
@@ -154,8 +148,8 @@ var slowModes = []chainMode{
 
 // admissionServer is stormguard's server interceptor with admission
 // control, a fresh limiter per tier.
-func admissionServer(int) []grpc.ServerOption {
-	return interceptor.ServerOptions(interceptor.WithAdmission(admission.Config{}))
+func admissionServer(int) ([]grpc.ServerOption, error) {
+	return interceptor.ServerOptions(interceptor.WithAdmission(admission.Config{})), nil
 }
 
 func slowModeNames() []string {
@@ -249,9 +243,19 @@ func runChainIncident(ic incidentConfig, m chainMode) (column, error) {
 			return col, err
 		}
 	}
-	cfg := testsvc.Config{DialOptions: func(hop int) []grpc.DialOption { return dial[hop] }, Seed: ic.seed}
-	if m.server != nil {
-		cfg.ServerOptions = m.server
+	serve := make([][]grpc.ServerOption, len(testsvc.DefaultTiers))
+	for i := range serve {
+		if m.server == nil {
+			break
+		}
+		if serve[i], err = m.server(i); err != nil {
+			return col, err
+		}
+	}
+	cfg := testsvc.Config{
+		DialOptions:   func(hop int) []grpc.DialOption { return dial[hop] },
+		ServerOptions: func(tier int) []grpc.ServerOption { return serve[tier] },
+		Seed:          ic.seed,
 	}
 	chain, err := testsvc.Start(cfg)
 	if err != nil {
