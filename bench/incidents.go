@@ -70,6 +70,19 @@ func RunOutageAfterHealthy(stack Stack, ip IncidentParams, seed uint64) (Inciden
 	}, nil)
 }
 
+// RunHangAfterHealthy runs the open-loop load; payment holds every call
+// until its caller gives up (a latency of an hour that ends with the
+// call's context) from Healthy for For.
+func RunHangAfterHealthy(stack Stack, ip IncidentParams, seed uint64) (Incident, error) {
+	return runIncident(stack, ip, seed, func(pay *testsvc.Tier, on bool) {
+		if on {
+			pay.SetLatency(time.Hour)
+		} else {
+			pay.SetLatency(0)
+		}
+	}, nil)
+}
+
 // RunPartialLoss runs the open-loop load; payment takes ip.Capacity calls
 // per second, a fifth of it from Healthy for For, and sheds the rest with
 // UNAVAILABLE.

@@ -121,7 +121,17 @@ func (c *call) settleAdaptive(err error, failure, dontRetry, ignored bool) {
 	case ignored:
 	case dontRetry && err != nil:
 		// A live target whose own dependency failed: no sign of
-		// overload here, and no sign of health either.
+		// overload here, and no sign of health either. But a probe so
+		// answered shows that the target answers: it was marked down
+		// because calls through it hung (a hang below reaches every
+		// tier's caller at the same deadline), and it is not down.
+		// Revived, it carries the traffic whose own probes find out when
+		// the tier below is back; left down, the probes of each tier
+		// multiply (5 % of 5 % of 5 %) and a chain recovers from a hang
+		// only after seconds.
+		if p.Probe() {
+			c.thr.Revive()
+		}
 	case failure:
 		if c.conn != nil {
 			// A failure with the channel broken: its coming back will

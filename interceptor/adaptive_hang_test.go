@@ -144,3 +144,38 @@ func TestAdaptiveDeadlineAnswerIsAHang(t *testing.T) {
 		})
 	}
 }
+
+// A target marked down by a hang (every tier of a chain sees the hang of
+// the one at its end at the same deadline) and whose probe is answered
+// "do not retry" is alive: the answer revives it, so that traffic reaches
+// the tier below and its own probes. Before, it stayed down, and a chain
+// came back from a hang only when the probes of every tier lined up.
+func TestAdaptiveDontRetryProbeRevives(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	var s sleeps
+	i := mustNew(t, WithAdaptive(set), s.option())
+	cc := newCC(t)
+	if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, (&fakeInvoker{results: []error{nil}}).invoke); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	_ = i.UnaryClient()(passedDeadline{context.Background()}, "/svc/M", nil, nil, cc,
+		(&fakeInvoker{results: []error{status.Error(codes.DeadlineExceeded, "hung")}}).invoke)
+	th := set.Get("payment")
+	if !th.Down() {
+		t.Fatal("not down after a hang")
+	}
+	// Refused calls until one probes; it is answered "do not retry".
+	f := &fakeInvoker{results: []error{errUnavailable}, pushbacks: []string{"-1"}}
+	for n := 0; n < 100 && th.Stats().Probes == 0; n++ {
+		clk.Advance(10 * time.Millisecond)
+		_ = i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, f.invoke)
+	}
+	if len(f.seen) != 1 || th.Stats().Probes != 1 {
+		t.Fatalf("%d attempts reached the target, %d probes; want the one probe", len(f.seen), th.Stats().Probes)
+	}
+	if th.Down() {
+		t.Fatal("a probe answered \"do not retry\" left the target down")
+	}
+}

@@ -19,6 +19,7 @@ func incidents(w io.Writer, stacks []bench.Stack, seed uint64, only *regexp.Rege
 	}{
 		{"outage-after-healthy", "Outage after healthy traffic: payment UNAVAILABLE", bench.RunOutageAfterHealthy},
 		{"partial-loss", fmt.Sprintf("Partial loss: payment takes %d/s, a fifth of it", ip.Capacity), bench.RunPartialLoss},
+		{"hang-after-healthy", "Hang after healthy traffic: payment holds every call until its caller's deadline", bench.RunHangAfterHealthy},
 	} {
 		if !only.MatchString(sc.name) {
 			continue
@@ -62,6 +63,21 @@ func incidents(w io.Writer, stacks []bench.Stack, seed uint64, only *regexp.Rege
 			row = append(row, fmt.Sprintf("%s / %s", pct(first.Samples.Success()), f3(first.PerRequest())))
 		}
 		t.row(row...)
+		if sc.name == "hang-after-healthy" {
+			// Nothing fails before the first deadline: what the
+			// protection does shows after it.
+			row = []any{"after the first deadline"}
+			for _, r := range res {
+				after := bench.IncidentSlice{Samples: r.Whole.Samples.Between(r.Begin+ip.Deadline, r.End)}
+				for _, sl := range r.Slices {
+					if sl.Start >= r.Begin+ip.Deadline && sl.Start < r.End {
+						after.Payment += sl.Payment
+					}
+				}
+				row = append(row, fmt.Sprintf("%s / %s", pct(after.Samples.Success()), f3(after.PerRequest())))
+			}
+			t.row(row...)
+		}
 		row = []any{"time to 99 % after the end"}
 		for _, r := range res {
 			row = append(row, backIn(r.AfterSample, r.End, r.End+ip.After))
