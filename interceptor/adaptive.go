@@ -22,8 +22,11 @@ import (
 // Overload outcomes are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED
 // of the attempt's own timeout, and an attempt still unanswered when the
 // caller's deadline expired (a hang). A "do not retry" answer comes from a
-// live target whose own dependency failed and counts for nothing; every
-// other answer is an accept.
+// live target whose own dependency failed and counts for nothing, except
+// that it ends the down state when it answers a probe: the target
+// answers, so it was down only because calls through it hung, as every
+// tier of a chain sees a hang at its end. Every other answer is an
+// accept.
 //
 // The recommended configuration, for every hop:
 //
