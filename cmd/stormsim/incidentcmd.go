@@ -21,11 +21,11 @@ type incidentFlagValues struct {
 
 func incidentFlags(fs *flag.FlagSet) incidentFlagValues {
 	return incidentFlagValues{
-		rate:     fs.Int("rate", 0, "outage, partial, slow: open-loop user requests per second (default 300; slow 240)"),
-		healthy:  fs.Duration("healthy", 0, "outage, partial, slow: healthy traffic before the incident (default 1.5s; slow 1s)"),
-		during:   fs.Duration("for", 0, "outage, partial, slow, long: length of the incident (default 3s; slow 1s; long 30s)"),
-		after:    fs.Duration("after", 0, "outage, partial, slow: traffic after the incident (default 1.5s; slow 2.5s)"),
-		slice:    fs.Duration("slice", 0, "outage, partial, slow: width of a time slice of the table (default 250ms)"),
+		rate:     fs.Int("rate", 0, "outage, partial, hang, slow: open-loop user requests per second (default 300; slow 240)"),
+		healthy:  fs.Duration("healthy", 0, "outage, partial, hang, slow: healthy traffic before the incident (default 1.5s; slow 1s)"),
+		during:   fs.Duration("for", 0, "outage, partial, hang, slow, long: length of the incident (default 3s; slow 1s; long 30s)"),
+		after:    fs.Duration("after", 0, "outage, partial, hang, slow: traffic after the incident (default 1.5s; slow 2.5s)"),
+		slice:    fs.Duration("slice", 0, "outage, partial, hang, slow: width of a time slice of the table (default 250ms)"),
 		replicas: fs.String("replicas", "", "fleet: comma-separated fleet sizes, each 1 to 1000 (default 1,10,100,1000)"),
 	}
 }
@@ -36,6 +36,7 @@ var scenarioFlags = map[string][]string{
 	scenarioKill:    {"modes", "users", "duration", "flaky", "chart", "max-recovery"},
 	scenarioOutage:  {"modes", "rate", "healthy", "for", "after", "slice"},
 	scenarioPartial: {"modes", "rate", "healthy", "for", "after", "slice"},
+	scenarioHang:    {"modes", "rate", "healthy", "for", "after", "slice"},
 	scenarioSlow:    {"modes", "rate", "healthy", "for", "after", "slice"},
 	scenarioLong:    {"for"},
 	scenarioFleet:   {"replicas"},
@@ -118,7 +119,7 @@ func incidentDemo(ctx context.Context, scenario, modesFlag string, seed uint64, 
 		if ms, err = parseSlowModes(modesFlag); err != nil {
 			return err
 		}
-	case scenarioOutage, scenarioPartial:
+	case scenarioOutage, scenarioPartial, scenarioHang:
 		m, err := parseModes(modesFlag)
 		if err != nil {
 			return err

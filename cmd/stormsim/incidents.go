@@ -25,6 +25,7 @@ const (
 	scenarioKill    = "kill"
 	scenarioOutage  = "outage"
 	scenarioPartial = "partial"
+	scenarioHang    = "hang"
 	scenarioSlow    = "slow"
 	scenarioLong    = "long"
 	scenarioFleet   = "fleet"
@@ -35,6 +36,7 @@ var scenarios = []struct{ name, about string }{
 	{scenarioKill, "payment killed from the start: one request, sustained load, recovery, per mode (the default)"},
 	{scenarioOutage, "payment UNAVAILABLE after healthy open-loop traffic, then back; per time slice"},
 	{scenarioPartial, "payment takes a fifth of its capacity after healthy traffic, then all of it; per time slice"},
+	{scenarioHang, "payment holds every call until its caller's deadline after healthy traffic, then answers again; per time slice"},
 	{scenarioSlow, "payment five times slower (worker pool, FIFO queue) for a while; per-attempt timeouts; per time slice"},
 	{scenarioLong, "a long outage (--for, 30 s by default) and the recovery, in the incident simulator (simulated time)"},
 	{scenarioFleet, "replicas of order sharing 1000 req/s while payment is down 4 s, in the incident simulator"},
@@ -67,7 +69,7 @@ type incidentConfig struct {
 func incidentDefaults(name string) incidentConfig {
 	c := incidentConfig{scenario: name, seed: 1, slice: 250 * time.Millisecond}
 	switch name {
-	case scenarioOutage, scenarioPartial:
+	case scenarioOutage, scenarioPartial, scenarioHang:
 		c.rate, c.healthy, c.during, c.after, c.deadline = 300, 1500*time.Millisecond, 3*time.Second, 1500*time.Millisecond, time.Second
 	case scenarioSlow:
 		c.rate, c.healthy, c.during, c.after, c.deadline = 240, time.Second, time.Second, 2500*time.Millisecond, 500*time.Millisecond
@@ -282,6 +284,9 @@ func runChainIncident(ic incidentConfig, m chainMode) (column, error) {
 		// Start on a second boundary, so that the loss starts and ends
 		// on boundaries of payment's per-second counter (as bench does).
 		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	case scenarioHang:
+		// An hour's latency ends only with the call's context.
+		on, off = func() { pay.SetLatency(time.Hour) }, func() { pay.SetLatency(0) }
 	case scenarioSlow:
 		on = func() { pay.SetService(slowService * time.Duration(slowFactor)) }
 		off = func() { pay.SetService(slowService) }
@@ -315,6 +320,8 @@ func runChainScenario(ctx context.Context, ic incidentConfig, ms []chainMode, p 
 		out.Title = fmt.Sprintf("payment UNAVAILABLE from %v for %v after healthy traffic, then back for %v", ic.healthy, ic.during, ic.after)
 	case scenarioPartial:
 		out.Title = fmt.Sprintf("payment takes %d calls/s, a fifth of it from %v for %v, then all of it for %v", ic.rate, ic.healthy, ic.during, ic.after)
+	case scenarioHang:
+		out.Title = fmt.Sprintf("payment holds every call until its caller's deadline from %v for %v after healthy traffic, then answers again for %v", ic.healthy, ic.during, ic.after)
 	case scenarioSlow:
 		out.Title = fmt.Sprintf("payment (%d workers at %v per call, FIFO queue that ignores cancellation) %d times slower from %v for %v, then %v; per-attempt timeouts %v / %v / %v (edge / gateway / order client)",
 			slowWorkers, slowService, slowFactor, ic.healthy, ic.during, ic.after, slowPerAttempt[0], slowPerAttempt[1], slowPerAttempt[2])

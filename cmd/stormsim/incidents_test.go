@@ -46,6 +46,7 @@ func TestScenarioFlags(t *testing.T) {
 		{"--scenario", "outage", "--slice", "1ms"},
 		{"--scenario", "outage", "--rate", "0"},
 		{"--scenario", "partial", "--modes", "nope"},
+		{"--scenario", "hang", "--replicas", "3"},
 		{"--scenario", "slow", "--modes", "tiered"},
 		{"--rate", "10"},    // kill does not read it
 		{"--replicas", "1"}, // nor this
@@ -132,6 +133,24 @@ func TestOutageScenario(t *testing.T) {
 	tiered, ad := columnOf(t, r, "tiered"), columnOf(t, r, "adaptive")
 	if ad.Incident.CallsPerRequest >= tiered.Incident.CallsPerRequest {
 		t.Errorf("calls/request in the outage: adaptive %v, tiered %v; want adaptive fewer", ad.Incident.CallsPerRequest, tiered.Incident.CallsPerRequest)
+	}
+}
+
+// The hang, short: requests that meet it are held until their deadline
+// and fail (the hang lasts longer than the deadline); the adaptive
+// throttle, down after the first deadline (1 s into the 2 s hang), sends
+// fewer calls than tiered, which sends one per request throughout.
+func TestHangScenario(t *testing.T) {
+	r := runSliced(t, "--scenario", "hang", "--modes", "tiered,adaptive", "--rate", "100",
+		"--healthy", "250ms", "--for", "2s", "--after", "250ms")
+	tiered, ad := columnOf(t, r, "tiered"), columnOf(t, r, "adaptive")
+	for _, c := range []column{tiered, ad} {
+		if len(c.Slices) != 10 || c.Incident.Requests == 0 || c.Incident.Success >= 0.5 {
+			t.Errorf("%s: %d slices, %d requests in the hang, success %v: want 10, some, mostly failed", c.Mode, len(c.Slices), c.Incident.Requests, c.Incident.Success)
+		}
+	}
+	if ad.Incident.CallsPerRequest >= tiered.Incident.CallsPerRequest {
+		t.Errorf("calls/request in the hang: adaptive %v, tiered %v; want adaptive fewer", ad.Incident.CallsPerRequest, tiered.Incident.CallsPerRequest)
 	}
 }
 
