@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/stormguard/stormguard/internal/loadgen"
 	"github.com/stormguard/stormguard/internal/testsvc"
 )
 
@@ -69,6 +70,19 @@ func RunOutageAfterHealthy(stack Stack, ip IncidentParams, seed uint64) (Inciden
 	}, nil)
 }
 
+// RunHangAfterHealthy runs the open-loop load; payment holds every call
+// until its caller gives up (a latency of an hour that ends with the
+// call's context) from Healthy for For.
+func RunHangAfterHealthy(stack Stack, ip IncidentParams, seed uint64) (Incident, error) {
+	return runIncident(stack, ip, seed, func(pay *testsvc.Tier, on bool) {
+		if on {
+			pay.SetLatency(time.Hour)
+		} else {
+			pay.SetLatency(0)
+		}
+	}, nil)
+}
+
 // RunPartialLoss runs the open-loop load; payment takes ip.Capacity calls
 // per second, a fifth of it from Healthy for For, and sheds the rest with
 // UNAVAILABLE.
@@ -99,34 +113,16 @@ func runIncident(stack Stack, ip IncidentParams, seed uint64, fault func(pay *te
 	}
 	begin, end := ip.Healthy, ip.Healthy+ip.For
 	total := end + ip.After
-	n := int((total + ip.Slice - 1) / ip.Slice)
-	marks := make([]int64, n+1)
-	next, phase := 0, 0
-	s := OpenLoop(c, ip.Rate, total, ip.Deadline, func(elapsed time.Duration) {
-		for next <= n && elapsed >= time.Duration(next)*ip.Slice {
-			marks[next] = unary(pay)
-			next++
-		}
-		switch {
-		case phase == 0 && elapsed >= begin:
-			fault(pay, true)
-			phase = 1
-		case phase == 1 && elapsed >= end:
-			fault(pay, false)
-			phase = 2
-		}
+	s, slices := loadgen.Sliced(c, ip.Rate, total, ip.Deadline, ip.Slice, func() int64 { return unary(pay) }, []loadgen.Step{
+		{At: begin, Do: func() { fault(pay, true) }},
+		{At: end, Do: func() { fault(pay, false) }},
 	})
-	final := unary(pay)
-	for ; next <= n; next++ {
-		marks[next] = final
-	}
 	r := Incident{Begin: begin, End: end}
-	for i := range n {
-		from := time.Duration(i) * ip.Slice
-		r.Slices = append(r.Slices, IncidentSlice{Start: from, Samples: s.Between(from, from+ip.Slice), Payment: marks[i+1] - marks[i]})
+	for _, sl := range slices {
+		r.Slices = append(r.Slices, IncidentSlice{Start: sl.Start, Samples: sl.Samples, Payment: sl.Calls})
 	}
-	bi, ei := int(begin/ip.Slice), int(end/ip.Slice)
-	r.Whole = IncidentSlice{Start: begin, Samples: s.Between(begin, end), Payment: marks[ei] - marks[bi]}
+	whole := loadgen.Sum(slices, begin, end)
+	r.Whole = IncidentSlice{Start: begin, Samples: s.Between(begin, end), Payment: whole.Calls}
 	r.AfterSample = s.Between(end, total)
 	return r, nil
 }

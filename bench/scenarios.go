@@ -2,13 +2,12 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/internal/loadgen"
 	"github.com/stormguard/stormguard/internal/testsvc"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
@@ -84,29 +83,8 @@ func start(stack Stack, seed uint64) (*testsvc.Chain, *Instance, error) {
 	return c, inst, nil
 }
 
-// warm sends one request through the healthy chain, so that every hop is
-// connected before a scenario starts, and then zeroes the counters. It
-// waits for connections with WaitForReady, bounded by a deadline.
-func warm(c *testsvc.Chain) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for i := range c.Tiers() {
-		conn := c.Conn(i)
-		for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
-			conn.Connect()
-			if !conn.WaitForStateChange(ctx, s) {
-				return fmt.Errorf("hop %d did not connect", i)
-			}
-		}
-	}
-	if _, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{Id: "warm"}); err != nil {
-		return fmt.Errorf("warm-up request: %w", err)
-	}
-	for _, t := range c.Tiers() {
-		t.ResetCounts()
-	}
-	return nil
-}
+// warm connects every hop and zeroes the counters (loadgen.Warm).
+func warm(c *testsvc.Chain) error { return loadgen.Warm(c) }
 
 func unary(t *testsvc.Tier) int64     { return t.Received(testsvc.Unary) }
 func attempted(t *testsvc.Tier) int64 { return t.Attempts(testsvc.Unary) }
@@ -270,7 +248,7 @@ func RunKillRestart(stack Stack, p Params) (KillRestart, error) {
 	var attemptsAtKill, attemptsAtRestart int64
 	done := make(chan struct{})
 	col := newCollector()
-	begin := col.start
+	begin := col.Start()
 	go func() {
 		defer close(done)
 		<-time.After(p.KillWarmup)

@@ -23,8 +23,11 @@ import (
 // Overload outcomes are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED
 // of the attempt's own timeout, and an attempt still unanswered when the
 // caller's deadline expired (a hang). A "do not retry" answer comes from a
-// live target whose own dependency failed and counts for nothing; every
-// other answer is an accept.
+// live target whose own dependency failed and counts for nothing, except
+// that it ends the down state when it answers a probe: the target
+// answers, so it was down only because calls through it hung, as every
+// tier of a chain sees a hang at its end. Every other answer is an
+// accept.
 //
 // The recommended configuration, for every hop:
 //
@@ -138,7 +141,17 @@ func (c *call) settleAdaptive(err error, failure, dontRetry, ignored bool) {
 	case ignored:
 	case dontRetry && err != nil:
 		// A live target whose own dependency failed: no sign of
-		// overload here, and no sign of health either.
+		// overload here, and no sign of health either. But a probe so
+		// answered shows that the target answers: it was marked down
+		// because calls through it hung (a hang below reaches every
+		// tier's caller at the same deadline), and it is not down.
+		// Revived, it carries the traffic whose own probes find out when
+		// the tier below is back; left down, the probes of each tier
+		// multiply (5 % of 5 % of 5 %) and a chain recovers from a hang
+		// only after seconds.
+		if p.Probe() {
+			c.thr.Revive()
+		}
 	case failure:
 		if c.conn != nil {
 			c.reportConn()

@@ -222,6 +222,7 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && c.timedOut) || (dontRetry && c.retryable(code))
 	c.shed = err != nil && shedMarked(trailer)
+	failure = failure || c.deadlineAnswer(code)
 	ignored := false
 	if err != nil && c.ctx.Err() != nil {
 		// The caller's context ended: a hang until its deadline is the

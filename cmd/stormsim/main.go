@@ -70,6 +70,11 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, m := range modes {
 			fmt.Fprintf(stderr, "  %-10s  %s\n", m.name, m.about)
 		}
+		fmt.Fprintf(stderr, "\nScenarios (--scenario):\n")
+		for _, sc := range scenarios {
+			fmt.Fprintf(stderr, "  %-10s  %s\n", sc.name, sc.about)
+		}
+		fmt.Fprintf(stderr, "\n--scenario slow has its own modes: %s.\n", strings.Join(slowModeNames(), ", "))
 		fmt.Fprintf(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
@@ -81,11 +86,19 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON array, one object per mode, instead of the table")
 	chart := fs.String("chart", "", "write the chart of calls per second at payment, one panel per mode, to `path` (.svg, .png, .pdf, ...); none by default")
 	maxRecovery := fs.Duration("max-recovery", 8*time.Second, "how long to wait for recovery after payment is back")
+	scenario := fs.String("scenario", scenarioKill, "the incident: "+strings.Join(scenarioNames(), ", ")+" (see above)")
+	inc := incidentFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (subcommands: serve, load)", fs.Arg(0))
+	}
+	if err := checkScenarioFlags(fs, *scenario); err != nil {
+		return err
+	}
+	if *scenario != scenarioKill {
+		return incidentDemo(ctx, *scenario, *modesFlag, *seed, *asJSON, inc, stdout, stderr)
 	}
 	ms, err := parseModes(*modesFlag)
 	if err != nil {

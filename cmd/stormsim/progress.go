@@ -17,8 +17,11 @@ type bar struct {
 	curMode, curPhase string
 }
 
-func newBar(w io.Writer, modes int) *bar {
-	return &bar{b: progressbar.NewOptions(modes*3,
+func newBar(w io.Writer, modes int) *bar { return newBarSteps(w, modes*3) }
+
+// newBarSteps is a bar of steps phases.
+func newBarSteps(w io.Writer, steps int) *bar {
+	return &bar{b: progressbar.NewOptions(steps,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetWidth(10),
 		progressbar.OptionSetPredictTime(false),

@@ -19,6 +19,7 @@ func incidents(w io.Writer, stacks []bench.Stack, seed uint64, only *regexp.Rege
 	}{
 		{"outage-after-healthy", "Outage after healthy traffic: payment UNAVAILABLE", bench.RunOutageAfterHealthy},
 		{"partial-loss", fmt.Sprintf("Partial loss: payment takes %d/s, a fifth of it", ip.Capacity), bench.RunPartialLoss},
+		{"hang-after-healthy", "Hang after healthy traffic: payment holds every call until its caller's deadline", bench.RunHangAfterHealthy},
 	} {
 		if !only.MatchString(sc.name) {
 			continue
@@ -62,6 +63,21 @@ func incidents(w io.Writer, stacks []bench.Stack, seed uint64, only *regexp.Rege
 			row = append(row, fmt.Sprintf("%s / %s", pct(first.Samples.Success()), f3(first.PerRequest())))
 		}
 		t.row(row...)
+		if sc.name == "hang-after-healthy" {
+			// Nothing fails before the first deadline: what the
+			// protection does shows after it.
+			row = []any{"after the first deadline"}
+			for _, r := range res {
+				after := bench.IncidentSlice{Samples: r.Whole.Samples.Between(r.Begin+ip.Deadline, r.End)}
+				for _, sl := range r.Slices {
+					if sl.Start >= r.Begin+ip.Deadline && sl.Start < r.End {
+						after.Payment += sl.Payment
+					}
+				}
+				row = append(row, fmt.Sprintf("%s / %s", pct(after.Samples.Success()), f3(after.PerRequest())))
+			}
+			t.row(row...)
+		}
 		row = []any{"time to 99 % after the end"}
 		for _, r := range res {
 			row = append(row, backIn(r.AfterSample, r.End, r.End+ip.After))
@@ -76,15 +92,9 @@ func incidents(w io.Writer, stacks []bench.Stack, seed uint64, only *regexp.Rege
 // backIn returns the time from end to the end of the last 25 ms slice of
 // s, before until, with less than 99 % success.
 func backIn(s bench.Samples, end, until time.Duration) string {
-	const slice = 25 * time.Millisecond
-	last := time.Duration(0)
-	for from := end; from+slice <= until; from += slice {
-		if b := s.Between(from, from+slice); len(b) > 0 && b.Success() < 0.99 {
-			last = from + slice - end
-		}
-	}
-	if last >= until-end-slice {
+	d, ok := s.Recovery(end, until, 25*time.Millisecond)
+	if !ok {
 		return "> " + ms(until-end)
 	}
-	return ms(last)
+	return ms(d)
 }

@@ -21,7 +21,7 @@ import (
 
 func main() {
 	stacksRE := flag.String("stacks", "", "run only the stacks whose name matches this regexp")
-	scenRE := flag.String("scenarios", "", "run only the scenarios whose name matches this regexp: down-one, down-sustained, flaky, capacity, kill, outage-after-healthy, partial-loss, slow")
+	scenRE := flag.String("scenarios", "", "run only the scenarios whose name matches this regexp: down-one, down-sustained, flaky, capacity, kill, outage-after-healthy, partial-loss, hang-after-healthy, slow")
 	seed := flag.Uint64("seed", bench.DefaultParams.Seed, "seed of the random faults")
 	flag.Parse()
 	sre, err := regexp.Compile(*stacksRE)

@@ -1,0 +1,191 @@
+package interceptor
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/internal/clock"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+)
+
+// A payment that holds every call until the caller's deadline engages the
+// adaptive throttle exactly as one that answers UNAVAILABLE does (issue
+// 13, target 5), over a real gRPC connection (bufconn): after healthy
+// traffic, the first call that hangs to its deadline marks payment down,
+// and from then on only probes reach it, one per 20 requests (ProbeRatio
+// 5 %), 0.05 calls at payment per request. The throttle runs on a fake
+// clock advanced 10 ms per request (100 req/s), so the counts are exact;
+// the hangs themselves end at each call's real 50 ms deadline.
+func TestAdaptiveHangOverGRPC(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		hang      bool
+		firstCode codes.Code // of the call that meets the sick payment first
+	}{
+		{name: "hang", hang: true, firstCode: codes.DeadlineExceeded},
+		{name: "unavailable", firstCode: codes.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			set := newAdaptive(t, clk, nil)
+			var sick atomic.Bool
+			svc := &stubService{unary: func(_ int, ctx context.Context) error {
+				switch {
+				case !sick.Load():
+					return nil
+				case tc.hang:
+					<-ctx.Done() // hold the call until the caller gives up
+					return status.FromContextError(ctx.Err()).Err()
+				}
+				return errStubDown
+			}}
+			cl := startStub(t, svc, WithAdaptive(set))
+			call := func(d time.Duration) error {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				_, err := cl.Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
+				return err
+			}
+			for n := range 20 {
+				if err := call(10 * time.Second); err != nil {
+					t.Fatalf("healthy call %d: %v", n, err)
+				}
+			}
+			th := set.Get("stub")
+			clk.Advance(time.Second)
+			sick.Store(true)
+
+			// The calls at the sick payment: down at the eighth overload
+			// failure in a row behind a ready connection (its last accept
+			// is a second old), whether payment hangs or says UNAVAILABLE.
+			calls := 0
+			for ; calls < 8 && !th.Down(); calls++ {
+				if err := call(50 * time.Millisecond); status.Code(err) != tc.firstCode {
+					t.Fatalf("sick call %d: %v, want %v", calls, err, tc.firstCode)
+				}
+			}
+			if !th.Down() {
+				t.Fatalf("payment not down after %d calls that met a %s", calls, tc.name)
+			}
+			if st := th.Stats(); st.Downs != 1 || st.Probes != 0 {
+				t.Fatalf("after the sick calls: %+v, want one down, no probe", st)
+			}
+
+			const requests = 200
+			got := map[codes.Code]int{}
+			for range requests {
+				clk.Advance(10 * time.Millisecond)
+				got[status.Code(call(50*time.Millisecond))]++
+			}
+			st := th.Stats()
+			if st.Probes < 1 {
+				t.Errorf("no probe in %d requests", requests)
+			}
+			if per := float64(st.Probes) / requests; per > 0.10 {
+				t.Errorf("calls at payment per request after the first deadline: %.3f, want <= 0.10", per)
+			}
+			// Every other request was refused at once, without reaching
+			// payment: UNAVAILABLE (the don't-retry mark); each probe met
+			// payment's hang or its UNAVAILABLE.
+			want := map[codes.Code]int{codes.Unavailable: requests - int(st.Probes)}
+			want[tc.firstCode] += int(st.Probes)
+			if got[codes.Unavailable] != want[codes.Unavailable] || got[tc.firstCode] != want[tc.firstCode] || len(got) != len(want) {
+				t.Errorf("codes: %v, want %v", got, want)
+			}
+			if !th.Down() || st.Refused != requests-st.Probes {
+				t.Errorf("down %v, refused %d: want still down, %d refused", th.Down(), st.Refused, requests-st.Probes)
+			}
+		})
+	}
+}
+
+// passedDeadline is a context whose deadline has passed while its timer
+// has not fired yet: Err is still nil, as in the moment grpc-go reports
+// the server's RST_STREAM after the deadline.
+type passedDeadline struct{ context.Context }
+
+func (passedDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// The regression behind TestAdaptiveHangOverGRPC, without its race: the
+// attempt ends with DEADLINE_EXCEEDED after the caller's deadline has
+// passed, but before the caller's context says so. That is a hang:
+// payment goes down, as it does when the caller's own timer fires first,
+// and the call is not retried. Before the fix it counted as an accept. A
+// DEADLINE_EXCEEDED well before the caller's deadline (a tier below whose
+// own timeout expired) stays an answer.
+func TestAdaptiveDeadlineAnswerIsAHang(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ctx      func(t *testing.T) context.Context
+		wantDown bool
+	}{
+		{"deadline passed", func(*testing.T) context.Context { return passedDeadline{context.Background()} }, true},
+		{"deadline ahead", func(t *testing.T) context.Context { return ctxTimeout(t, time.Minute) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			set := newAdaptive(t, clk, nil)
+			var s sleeps
+			i := mustNew(t, WithAdaptive(set), s.option())
+			cc := newCC(t)
+			if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, (&fakeInvoker{results: []error{nil}}).invoke); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(time.Second)
+			// Eight such answers in a row: the run that marks a target
+			// behind a ready channel down, if they are hangs.
+			for range 8 {
+				f := &fakeInvoker{results: []error{status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")}}
+				err := i.UnaryClient()(tc.ctx(t), "/svc/M", nil, nil, cc, f.invoke)
+				if status.Code(err) != codes.DeadlineExceeded || len(f.seen) != 1 {
+					t.Fatalf("got %v after %d attempts, want DeadlineExceeded after 1", err, len(f.seen))
+				}
+			}
+			if got := set.Get("payment").Down(); got != tc.wantDown {
+				t.Fatalf("down: got %v, want %v", got, tc.wantDown)
+			}
+		})
+	}
+}
+
+// A target marked down by a hang (every tier of a chain sees the hang of
+// the one at its end at the same deadline) and whose probe is answered
+// "do not retry" is alive: the answer revives it, so that traffic reaches
+// the tier below and its own probes. Before, it stayed down, and a chain
+// came back from a hang only when the probes of every tier lined up.
+func TestAdaptiveDontRetryProbeRevives(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	var s sleeps
+	i := mustNew(t, WithAdaptive(set), s.option())
+	cc := newCC(t)
+	if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, (&fakeInvoker{results: []error{nil}}).invoke); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	for range 8 { // the run of hangs that marks it down
+		_ = i.UnaryClient()(passedDeadline{context.Background()}, "/svc/M", nil, nil, cc,
+			(&fakeInvoker{results: []error{status.Error(codes.DeadlineExceeded, "hung")}}).invoke)
+	}
+	th := set.Get("payment")
+	if !th.Down() {
+		t.Fatal("not down after the hangs")
+	}
+	// Refused calls until one probes; it is answered "do not retry".
+	f := &fakeInvoker{results: []error{errUnavailable}, pushbacks: []string{"-1"}}
+	for n := 0; n < 100 && th.Stats().Probes == 0; n++ {
+		clk.Advance(10 * time.Millisecond)
+		_ = i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, f.invoke)
+	}
+	if len(f.seen) != 1 || th.Stats().Probes != 1 {
+		t.Fatalf("%d attempts reached the target, %d probes; want the one probe", len(f.seen), th.Stats().Probes)
+	}
+	if th.Down() {
+		t.Fatal("a probe answered \"do not retry\" left the target down")
+	}
+}
