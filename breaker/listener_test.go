@@ -62,7 +62,7 @@ func TestSetStateListenerKeyed(t *testing.T) {
 	type obs struct{ name string } // not of size zero: distinct pointers differ
 	o := &obs{name: "o"}
 	add(o, "first o")
-	add(o, "second o") // replaces "first o"
+	add(o, "second o")            // replaces "first o"
 	add(&obs{name: "o"}, "other") // equal contents, another key
 	add(nil, "nil 1")
 	add(nil, "nil 2")

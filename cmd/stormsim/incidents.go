@@ -126,7 +126,7 @@ var slowModes = []chainMode{
 				retry.WithBackoff(retry.BackoffExponentialWithJitter(naiveBackoffBase, naiveBackoffJitter)),
 			))}, nil
 		}},
-	{name: "stormguard", about: "budget and breakers per hop, per-attempt timeouts, admission control on every server (the recommended stack)",
+	{name: "stormguard", about: "budget and breakers per hop, per-attempt timeouts, admission control on every server",
 		dial: func(hop int) ([]grpc.DialOption, error) {
 			set, err := breaker.NewSet(breaker.Config{}, 0)
 			if err != nil {
@@ -136,7 +136,7 @@ var slowModes = []chainMode{
 				interceptor.WithPerAttemptTimeout(slowPerAttempt[min(hop, 2)])), nil
 		},
 		server: admissionServer},
-	{name: "adaptive", about: "adaptive throttle and budget per hop, per-attempt timeouts, admission control on every server",
+	{name: "adaptive", about: "adaptive throttle and budget per hop, per-attempt timeouts, admission control on every server (interceptor.Recommended plus per-attempt timeouts)",
 		dial: func(hop int) ([]grpc.DialOption, error) {
 			set, err := adaptive.NewSet(adaptive.Config{}, 0)
 			if err != nil {

@@ -65,7 +65,7 @@ var modes = []mode{
 	},
 	{
 		name:  "stormguard",
-		about: "stormguard client and server with a retry budget and circuit breakers per hop (the recommended defaults)",
+		about: "stormguard client and server with a retry budget and circuit breakers per hop (the breaker stack: fastest at a dead target from a cold start)",
 		dial: stormguardDial(func(tm *telemetry) ([]interceptor.Option, error) {
 			set, err := breaker.NewSet(tm.breakerConfig(), 0)
 			if err != nil {
@@ -78,7 +78,7 @@ var modes = []mode{
 	},
 	{
 		name:  "adaptive",
-		about: "stormguard client and server with an adaptive throttle and a retry budget per hop, no breaker (the recommendation for incidents after healthy traffic, partial loss and recovery)",
+		about: "stormguard client and server with an adaptive throttle and a retry budget per hop, no breaker (interceptor.Recommended's client side: incidents after healthy traffic, partial loss, hangs, recovery)",
 		dial: stormguardDial(func(*telemetry) ([]interceptor.Option, error) {
 			set, err := adaptive.NewSet(adaptive.Config{}, 0)
 			if err != nil {
