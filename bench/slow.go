@@ -86,8 +86,13 @@ func SlowStacks(p SlowParams) []Stack {
 			},
 		},
 		{
+			Name: "stormguard-recommended", Streams: true,
+			Desc:  "interceptor.Recommended() on every hop and every tier's server (adaptive throttle and budget on the clients, WithAdmission(admission.Config{}) on the servers), " + timeouts,
+			build: slowRecommended(p),
+		},
+		{
 			Name: "stormguard+admission", Streams: true, HasBreaker: true,
-			Desc:  "the recommended stack: WithBudget(budget.Config{}) and WithBreaker on every hop, " + timeouts + ", and WithAdmission(admission.Config{}) on every tier's server",
+			Desc:  "WithBudget(budget.Config{}) and WithBreaker on every hop, " + timeouts + ", and WithAdmission(admission.Config{}) on every tier's server",
 			build: slowStormguard(p, admission.Config{}),
 		},
 		{

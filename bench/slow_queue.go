@@ -23,8 +23,8 @@ func slowQueueDesc() string {
 		SlowQueue.QueueSize, SlowQueue.QueueTimeout, SlowQueue.QueueTarget)
 }
 
-// slowStormguard builds the recommended stormguard stack of the slow
-// scenario with admission cfg on every tier's server.
+// slowStormguard builds the budget-and-breaker stormguard stack of the
+// slow scenario with admission cfg on every tier's server.
 func slowStormguard(p SlowParams, cfg admission.Config) func(*Opens) (testsvc.Config, error) {
 	return func(opens *Opens) (testsvc.Config, error) {
 		if _, err := interceptor.New(interceptor.WithAdmission(cfg)); err != nil {
@@ -43,6 +43,22 @@ func slowStormguard(p SlowParams, cfg admission.Config) func(*Opens) (testsvc.Co
 			ServerOptions: func(int) []grpc.ServerOption {
 				// A fresh limiter per tier: WithAdmission builds it.
 				return interceptor.ServerOptions(interceptor.WithAdmission(cfg))
+			},
+		}, nil
+	}
+}
+
+// slowRecommended builds interceptor.Recommended() on every hop and
+// server of the slow scenario, with its per-attempt timeouts.
+func slowRecommended(p SlowParams) func(*Opens) (testsvc.Config, error) {
+	return func(*Opens) (testsvc.Config, error) {
+		return testsvc.Config{
+			DialOptions: func(hop int) []grpc.DialOption {
+				return interceptor.DialOptions(append(interceptor.Recommended(),
+					interceptor.WithPerAttemptTimeout(p.PerAttempt[min(hop, 2)]))...)
+			},
+			ServerOptions: func(int) []grpc.ServerOption {
+				return interceptor.ServerOptions(interceptor.Recommended()...)
 			},
 		}, nil
 	}

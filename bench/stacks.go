@@ -185,7 +185,7 @@ func Stacks() []Stack {
 		},
 		{
 			Name: "stormguard-adaptive", Streams: true,
-			Desc:  "stormguard's recommended configuration: WithAdaptive(adaptive.NewSet(adaptive.Config{}, 0)) (proportional shedding K 3 over 1 s, down after 50 ms without an accept, probes 5 % / 50 ms) and WithBudget(budget.Config{}), no breaker, on every hop; server interceptors on every tier",
+			Desc:  "the client side of stormguard's recommended configuration (interceptor.Recommended; its server side, admission control, matters in the slow scenario only): WithAdaptive(adaptive.NewSet(adaptive.Config{}, 0)) (proportional shedding K 3 over 1 s; down on evidence: 8 overload failures in a row behind a ready connection, 1 on a broken one, none accepted for 50 ms; probes 5 % / 50 ms) and WithBudget(budget.Config{}), no breaker, on every hop; server interceptors on every tier",
 			build: func(*Opens) (testsvc.Config, error) { return stormguardAdaptiveConfig() },
 		},
 		{
