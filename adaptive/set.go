@@ -2,9 +2,10 @@ package adaptive
 
 import (
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
+
+	"github.com/stormguard/stormguard/internal/listeners"
 )
 
 // DefaultMaxKeys is the number of throttles a Set holds when NewSet is
@@ -25,15 +26,8 @@ type Set struct {
 	m   sync.Map // string -> *Throttle
 	mu  sync.Mutex
 
-	// listeners are called after cfg.OnDown; copy on write under mu.
-	listeners atomic.Pointer[[]downListener]
-}
-
-// downListener is a function AddDownListener added, and its key.
-type downListener struct {
-	key   any
-	keyed bool // key is comparable and not nil
-	f     func(name string, down bool)
+	// listeners are called after cfg.OnDown.
+	listeners listeners.List[func(name string, down bool)]
 }
 
 // NewSet returns an empty Set for at most maxKeys throttles made from cfg.
@@ -84,25 +78,9 @@ func (s *Set) Get(key string) *Throttle {
 // observer) reports each change once; a nil key, or one whose type is not
 // comparable, never matches, and the listener is always added.
 func (s *Set) AddDownListener(key any, f func(name string, down bool)) {
-	if f == nil {
-		return
+	if f != nil {
+		s.listeners.Add(key, f)
 	}
-	keyed := key != nil && reflect.TypeOf(key).Comparable()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var next []downListener
-	if old := s.listeners.Load(); old != nil {
-		next = append(next, *old...)
-	}
-	for i, l := range next {
-		if keyed && l.keyed && l.key == key {
-			next[i].f = f
-			s.listeners.Store(&next)
-			return
-		}
-	}
-	next = append(next, downListener{key: key, keyed: keyed, f: f})
-	s.listeners.Store(&next)
 }
 
 // downChanged is the OnDown of every throttle of the set: the user's
@@ -111,11 +89,7 @@ func (s *Set) downChanged(name string, down bool) {
 	if f := s.cfg.OnDown; f != nil {
 		f(name, down)
 	}
-	if ls := s.listeners.Load(); ls != nil {
-		for _, l := range *ls {
-			l.f(name, down)
-		}
-	}
+	s.listeners.Each(func(f func(string, bool)) { f(name, down) })
 }
 
 // Range calls f for each key and throttle until f returns false, for

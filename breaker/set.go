@@ -2,9 +2,10 @@ package breaker
 
 import (
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
+
+	"github.com/stormguard/stormguard/internal/listeners"
 )
 
 // Set holds one Breaker per key, created on first use from one Config with
@@ -26,8 +27,8 @@ type Set struct {
 	max int
 	m   sync.Map // string -> *entry
 
-	// listeners are called after cfg.OnStateChange; copy on write under mu.
-	listeners atomic.Pointer[[]listener]
+	// listeners are called after cfg.OnStateChange.
+	listeners listeners.List[func(name string, from, to State)]
 
 	mu   sync.Mutex // serializes inserts and evictions
 	ring []*entry   // guarded by mu; the clock hand sweeps it
@@ -172,32 +173,9 @@ func (s *Set) Config() Config { return s.cfg }
 // OnStateChange or a listener panics, the listeners after it miss that
 // change.
 func (s *Set) AddStateListener(key any, f func(name string, from, to State)) {
-	if f == nil {
-		return
+	if f != nil {
+		s.listeners.Add(key, f)
 	}
-	keyed := key != nil && reflect.TypeOf(key).Comparable()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var next []listener
-	if old := s.listeners.Load(); old != nil {
-		next = append(next, *old...)
-	}
-	for i, l := range next {
-		if keyed && l.keyed && l.key == key {
-			next[i].f = f
-			s.listeners.Store(&next)
-			return
-		}
-	}
-	next = append(next, listener{key: key, keyed: keyed, f: f})
-	s.listeners.Store(&next)
-}
-
-// listener is a function AddStateListener added, and its key.
-type listener struct {
-	key   any
-	keyed bool // key is comparable and not nil
-	f     func(name string, from, to State)
 }
 
 // stateChanged is the OnStateChange of every breaker of the set: the
@@ -206,9 +184,5 @@ func (s *Set) stateChanged(name string, from, to State) {
 	if f := s.cfg.OnStateChange; f != nil {
 		f(name, from, to)
 	}
-	if ls := s.listeners.Load(); ls != nil {
-		for _, l := range *ls {
-			l.f(name, from, to)
-		}
-	}
+	s.listeners.Each(func(f func(string, State, State)) { f(name, from, to) })
 }
