@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/interceptor"
 	"github.com/stormguard/stormguard/internal/testsvc"
-	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
 // BenchmarkServerAdmission is the happy-path cost of admission control:
@@ -43,21 +41,7 @@ func BenchmarkServerAdmission(b *testing.B) {
 			if err := warm(c); err != nil {
 				b.Fatal(err)
 			}
-			cl := c.Client()
-			req := &testsvcv1.UnaryRequest{Id: "x", Payload: make([]byte, 64)}
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					_, err := cl.Unary(ctx, req)
-					cancel()
-					if err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			unaryParallel(b, c)
 		})
 	}
 }

@@ -37,23 +37,30 @@ func chainFor(b *testing.B, s Stack) *testsvc.Chain {
 func BenchmarkUnary(b *testing.B) {
 	for _, s := range Stacks() {
 		b.Run("stack="+s.Name, func(b *testing.B) {
-			cl := chainFor(b, s).Client()
-			req := &testsvcv1.UnaryRequest{Id: "x", Payload: make([]byte, 64)}
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					_, err := cl.Unary(ctx, req)
-					cancel()
-					if err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			unaryParallel(b, chainFor(b, s))
 		})
 	}
+}
+
+// unaryParallel measures one unary call per op on c, from parallel
+// goroutines, each call with a deadline.
+func unaryParallel(b *testing.B, c *testsvc.Chain) {
+	b.Helper()
+	cl := c.Client()
+	req := &testsvcv1.UnaryRequest{Id: "x", Payload: make([]byte, 64)}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := cl.Unary(ctx, req)
+			cancel()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 // BenchmarkBidi: one bidi stream per op, 100 messages each way, each

@@ -2,13 +2,10 @@ package stormotel
 
 import (
 	"context"
-	"errors"
 	"sync"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 
 	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/interceptor"
@@ -53,32 +50,23 @@ type AdaptiveMetrics struct {
 // NewAdaptive creates the instruments on a meter of mp named ScopeName; a
 // nil mp means the global MeterProvider.
 func NewAdaptive(mp metric.MeterProvider) (*AdaptiveMetrics, error) {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	in := newInstruments(mp)
 	m := &AdaptiveMetrics{}
-	var errs []error
-	var err error
-	m.refusals, err = meter.Int64Counter("stormguard.adaptive.refusals", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Attempts the adaptive throttle refused: shed, a retry into an unhealthy target, or a down target."))
-	errs = append(errs, err)
-	m.probes, err = meter.Int64Counter("stormguard.adaptive.probes", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Attempts sent to a down target as probes."))
-	errs = append(errs, err)
-	m.transitions, err = meter.Int64Counter("stormguard.adaptive.transitions", metric.WithUnit("{transition}"),
-		metric.WithDescription("Targets the adaptive throttle marked down or back up."))
-	errs = append(errs, err)
-	m.probability, err = meter.Float64ObservableGauge("stormguard.adaptive.rejection_probability", metric.WithUnit("1"),
-		metric.WithDescription("The adaptive throttle's shedding probability per target; 1 while the target is down."))
-	errs = append(errs, err)
-	m.down, err = meter.Int64ObservableGauge("stormguard.adaptive.down", metric.WithUnit("1"),
-		metric.WithDescription("1 while the adaptive throttle holds the target down, else 0."))
-	errs = append(errs, err)
-	if err := errors.Join(errs...); err != nil {
+	m.refusals = in.counter("stormguard.adaptive.refusals", "{attempt}",
+		"Attempts the adaptive throttle refused: shed, a retry into an unhealthy target, or a down target.")
+	m.probes = in.counter("stormguard.adaptive.probes", "{attempt}",
+		"Attempts sent to a down target as probes.")
+	m.transitions = in.counter("stormguard.adaptive.transitions", "{transition}",
+		"Targets the adaptive throttle marked down or back up.")
+	m.probability = in.floatGauge("stormguard.adaptive.rejection_probability", "1",
+		"The adaptive throttle's shedding probability per target; 1 while the target is down.")
+	m.down = in.intGauge("stormguard.adaptive.down", "1",
+		"1 while the adaptive throttle holds the target down, else 0.")
+	if err := in.err(); err != nil {
 		return nil, err
 	}
-	m.reg, err = meter.RegisterCallback(m.collect, m.probability, m.down)
+	var err error
+	m.reg, err = in.meter.RegisterCallback(m.collect, m.probability, m.down)
 	if err != nil {
 		return nil, err
 	}

@@ -2,10 +2,8 @@ package stormotel
 
 import (
 	"context"
-	"errors"
 	"sync"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
@@ -58,35 +56,26 @@ var _ interceptor.Observer = (*Admission)(nil)
 // NewAdmission creates the admission instruments on a meter of mp named
 // ScopeName; nil means the global MeterProvider.
 func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	in := newInstruments(mp)
 	a := &Admission{}
-	var errs []error
-	var err error
-	a.limit, err = meter.Int64ObservableGauge("stormguard.admission.limit", metric.WithUnit("{request}"),
-		metric.WithDescription("The admission limiter's concurrency limit, per server."))
-	errs = append(errs, err)
-	a.inflight, err = meter.Int64ObservableGauge("stormguard.admission.in_flight", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests admitted and not finished, per server."))
-	errs = append(errs, err)
-	a.latency, err = meter.Float64ObservableGauge("stormguard.admission.latency", metric.WithUnit("s"),
-		metric.WithDescription("The least latency of the admission limiter's last window: what a request needs at least, per server."))
-	errs = append(errs, err)
-	a.queue, err = meter.Int64ObservableGauge("stormguard.admission.queue", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests waiting in the admission limiter's queue, per server."))
-	errs = append(errs, err)
-	a.refusals, err = meter.Int64Counter("stormguard.admission.refusals", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests refused by admission control before their handler, by reason."))
-	errs = append(errs, err)
-	if err := errors.Join(errs...); err != nil {
+	a.limit = in.intGauge("stormguard.admission.limit", "{request}",
+		"The admission limiter's concurrency limit, per server.")
+	a.inflight = in.intGauge("stormguard.admission.in_flight", "{request}",
+		"Requests admitted and not finished, per server.")
+	a.latency = in.floatGauge("stormguard.admission.latency", "s",
+		"The least latency of the admission limiter's last window: what a request needs at least, per server.")
+	a.queue = in.intGauge("stormguard.admission.queue", "{request}",
+		"Requests waiting in the admission limiter's queue, per server.")
+	a.refusals = in.counter("stormguard.admission.refusals", "{request}",
+		"Requests refused by admission control before their handler, by reason.")
+	if err := in.err(); err != nil {
 		return nil, err
 	}
+	var err error
 	for r, name := range []string{"other", "limit", "deadline", "caller_gone", "queue_timeout"} {
 		a.reasons[r] = newAttrOpts(semconv.RPCSystemGRPC, AdmissionReasonKey.String(name))
 	}
-	a.reg, err = meter.RegisterCallback(a.collect, a.limit, a.inflight, a.latency, a.queue)
+	a.reg, err = in.meter.RegisterCallback(a.collect, a.limit, a.inflight, a.latency, a.queue)
 	if err != nil {
 		return nil, err
 	}

@@ -2,13 +2,11 @@ package stormotel
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
 
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
@@ -107,63 +105,39 @@ var (
 // means the global MeterProvider (otel.GetMeterProvider). The error is the
 // first one the meter returned for an instrument.
 func New(mp metric.MeterProvider) (*Metrics, error) {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	in := newInstruments(mp)
 	m := &Metrics{}
-	var errs []error
-	check := func(err error) {
-		if err != nil {
-			errs = append(errs, err)
-		}
+	m.attempts = in.counter("stormguard.client.attempts", "{attempt}",
+		"Client attempts that ended, first calls and retries alike, by gRPC code.")
+	m.attemptDuration = in.histogram("stormguard.client.attempt.duration", "s",
+		"Duration of each client attempt.", durationBounds)
+	m.retries = in.counter("stormguard.client.retries", "{retry}",
+		"Retries the client scheduled.")
+	m.refusals = in.counter("stormguard.client.retry.refusals", "{refusal}",
+		"Retryable failures the client did not retry, by reason.")
+	m.retryDelay = in.histogram("stormguard.client.retry.delay", "s",
+		"Wait before each scheduled retry.", delayBounds)
+	m.serverAttempt = in.intHistogram("stormguard.server.request.attempt", "{attempt}",
+		"The caller's attempt index of each incoming request: 0 for a first call, 1 for the first retry.", attemptBounds)
+	m.serverDepth = in.intHistogram("stormguard.server.request.depth", "{hop}",
+		"Hops from the edge of each incoming request.", depthBounds)
+	m.serverUpstream = in.intHistogram("stormguard.server.request.upstream_retries", "{retry}",
+		"Retries in progress above this tier for each incoming request, the caller's included.", upstreamBounds)
+	m.pushbacks = in.counter("stormguard.server.pushbacks", "{pushback}",
+		"Answers sent with the do-not-retry trailer, by gRPC code.")
+	m.transitions = in.counter("stormguard.breaker.transitions", "{transition}",
+		"Circuit breaker state changes, by the state entered.")
+	m.breakerState = in.intGauge("stormguard.breaker.state", "{state}",
+		"Circuit breaker state per target: 0 closed, 1 half-open, 2 open.")
+	m.budgetRatio = in.floatGauge("stormguard.budget.ratio", "1",
+		"Retries per first attempt in the retry budget's current window, per target.")
+	m.throttleTokens = in.floatGauge("stormguard.throttle.tokens", "{token}",
+		"Tokens in the retry throttle, per target; retries are allowed above half of the capacity.")
+	if err := in.err(); err != nil {
+		return nil, err
 	}
 	var err error
-	m.attempts, err = meter.Int64Counter("stormguard.client.attempts", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Client attempts that ended, first calls and retries alike, by gRPC code."))
-	check(err)
-	m.attemptDuration, err = meter.Float64Histogram("stormguard.client.attempt.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of each client attempt."), metric.WithExplicitBucketBoundaries(durationBounds...))
-	check(err)
-	m.retries, err = meter.Int64Counter("stormguard.client.retries", metric.WithUnit("{retry}"),
-		metric.WithDescription("Retries the client scheduled."))
-	check(err)
-	m.refusals, err = meter.Int64Counter("stormguard.client.retry.refusals", metric.WithUnit("{refusal}"),
-		metric.WithDescription("Retryable failures the client did not retry, by reason."))
-	check(err)
-	m.retryDelay, err = meter.Float64Histogram("stormguard.client.retry.delay", metric.WithUnit("s"),
-		metric.WithDescription("Wait before each scheduled retry."), metric.WithExplicitBucketBoundaries(delayBounds...))
-	check(err)
-	m.serverAttempt, err = meter.Int64Histogram("stormguard.server.request.attempt", metric.WithUnit("{attempt}"),
-		metric.WithDescription("The caller's attempt index of each incoming request: 0 for a first call, 1 for the first retry."),
-		metric.WithExplicitBucketBoundaries(attemptBounds...))
-	check(err)
-	m.serverDepth, err = meter.Int64Histogram("stormguard.server.request.depth", metric.WithUnit("{hop}"),
-		metric.WithDescription("Hops from the edge of each incoming request."), metric.WithExplicitBucketBoundaries(depthBounds...))
-	check(err)
-	m.serverUpstream, err = meter.Int64Histogram("stormguard.server.request.upstream_retries", metric.WithUnit("{retry}"),
-		metric.WithDescription("Retries in progress above this tier for each incoming request, the caller's included."),
-		metric.WithExplicitBucketBoundaries(upstreamBounds...))
-	check(err)
-	m.pushbacks, err = meter.Int64Counter("stormguard.server.pushbacks", metric.WithUnit("{pushback}"),
-		metric.WithDescription("Answers sent with the do-not-retry trailer, by gRPC code."))
-	check(err)
-	m.transitions, err = meter.Int64Counter("stormguard.breaker.transitions", metric.WithUnit("{transition}"),
-		metric.WithDescription("Circuit breaker state changes, by the state entered."))
-	check(err)
-	m.breakerState, err = meter.Int64ObservableGauge("stormguard.breaker.state", metric.WithUnit("{state}"),
-		metric.WithDescription("Circuit breaker state per target: 0 closed, 1 half-open, 2 open."))
-	check(err)
-	m.budgetRatio, err = meter.Float64ObservableGauge("stormguard.budget.ratio", metric.WithUnit("1"),
-		metric.WithDescription("Retries per first attempt in the retry budget's current window, per target."))
-	check(err)
-	m.throttleTokens, err = meter.Float64ObservableGauge("stormguard.throttle.tokens", metric.WithUnit("{token}"),
-		metric.WithDescription("Tokens in the retry throttle, per target; retries are allowed above half of the capacity."))
-	check(err)
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	m.reg, err = meter.RegisterCallback(m.collect, m.breakerState, m.budgetRatio, m.throttleTokens)
+	m.reg, err = in.meter.RegisterCallback(m.collect, m.breakerState, m.budgetRatio, m.throttleTokens)
 	if err != nil {
 		return nil, err
 	}
