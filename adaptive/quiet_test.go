@@ -95,14 +95,77 @@ func TestDownEvidence(t *testing.T) {
 	if !th2.Down() {
 		t.Fatal("not down at a failure with the connection broken, a second after the last accept")
 	}
-	// Broken, but an accept 49 ms ago: not yet.
+	// Broken, with an accept 1 ms ago: down at once, since no attempt
+	// can be accepted before the connection is back (waiting DownAfter
+	// would only fill the window with failures), and its coming back
+	// revives the target.
 	th3, clk3 := newTest(t, Config{})
 	attempt(th3, false, Accept)
-	clk3.Advance(49 * ms)
+	clk3.Advance(ms)
 	th3.Connectivity(false)
 	attempt(th3, false, Overload)
+	if !th3.Down() {
+		t.Fatal("not down at a failure with the connection broken, 1 ms after the last accept")
+	}
+	th3.Connectivity(true)
 	if th3.Down() {
-		t.Fatal("down 49 ms after the last accept")
+		t.Fatal("not revived when the connection came back")
+	}
+	// Behind a ready connection a failure 1 ms after an accept is not
+	// evidence.
+	clk3.Advance(ms)
+	attempt(th3, false, Overload)
+	if th3.Down() {
+		t.Fatal("down at a lone failure behind a ready connection")
+	}
+}
+
+// A client too quiet to see each change of its channel: a failure run
+// that saw the channel broken, then ready (a health trial), then failed
+// again and marked the target down, is revived the next time the channel
+// is seen ready; a run with no break in it is not.
+func TestBrokenRememberedDuringRun(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false)
+	attempt(th, false, Overload) // down at once: broken
+	th.Connectivity(true)        // revived
+	if th.Down() {
+		t.Fatal("not revived")
+	}
+	// Cold replica: the same, from no accept at all.
+	th2, clk2 := newTest(t, Config{})
+	th2.Connectivity(false)
+	for range minColdRun - 1 {
+		attempt(th2, false, Overload)
+		clk2.Advance(ms)
+	}
+	if th2.Down() {
+		t.Fatal("cold target down before minColdRun failures")
+	}
+	clk2.Advance(time.Second)
+	th2.Connectivity(true) // ready again, in the same run of failures
+	attempt(th2, false, Overload)
+	if !th2.Down() {
+		t.Fatal("cold target not down after minColdRun failures over DownAfter")
+	}
+	th2.Connectivity(true)
+	if th2.Down() {
+		t.Fatal("a run that saw the channel broken was not revived by it being ready")
+	}
+	// An accept ends the run and the memory of the break.
+	attempt(th2, false, Accept)
+	clk2.Advance(time.Second)
+	for range downRun {
+		attempt(th2, false, Overload)
+	}
+	if !th2.Down() {
+		t.Fatal("not down after downRun failures behind a ready connection")
+	}
+	th2.Connectivity(true)
+	if !th2.Down() {
+		t.Fatal("revived by a channel that never broke in this run")
 	}
 }
 

@@ -368,7 +368,12 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 		if t.accepted {
 			since = t.lastAccept
 		}
-		if el-since >= int64(t.cfg.DownAfter) && t.enoughEvidence() {
+		// A failure on a connection seen not ready needs no silence:
+		// no attempt can be accepted until it is ready again, and its
+		// coming back revives the target (Connectivity). Waiting
+		// DownAfter would only fill the window with failures that shed
+		// the traffic after that revival.
+		if (el-since >= int64(t.cfg.DownAfter) || t.broken && t.accepted) && t.enoughEvidence() {
 			t.down = true
 			t.gen++
 			t.credit, t.probes = 0, 0
@@ -431,7 +436,13 @@ func (t *Throttle) Connectivity(ready bool) {
 	switch {
 	case !ready:
 		t.broken = true
-	case !t.down:
+	case !t.down && t.run == 0:
+		// Ready, and no failure since the last accept: the break is
+		// over. During a run of failures the break stays remembered, so
+		// that a target marked down later in the same run (its channel
+		// came back, then failed again) is revived when its channel is
+		// next seen ready, even if the client was too quiet to see each
+		// change.
 		t.broken = false
 	case t.broken:
 		t.mu.Unlock()

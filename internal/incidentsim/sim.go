@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/clock"
@@ -59,7 +60,21 @@ type Scenario struct {
 	// Arrivals, if set, are the user requests' arrival times instead of
 	// Poisson arrivals at Load.
 	Arrivals []time.Duration
+	// Health: payment reports its own state through gRPC health checking
+	// (an admission.Serving, as interceptor.WithHealth does) and every
+	// replica's channel watches it: the channel is not ready while
+	// payment is not serving, from HealthDelay after each change.
+	// Payment's answers count as served or failed; hangs count as
+	// nothing.
+	Health bool
+	// Serving configures payment's health tracker with Health (the
+	// simulator's clock is set here).
+	Serving admission.ServingConfig
 }
+
+// HealthDelay is the time a change of payment's health takes to reach a
+// replica's channel over its watch stream: half the default RTT.
+const HealthDelay = time.Millisecond
 
 // Stack builds the mechanisms of one replica of order.
 type Stack struct {
@@ -84,6 +99,9 @@ type Slice struct {
 	Start            time.Duration
 	Users, Successes int
 	Calls            int // attempts that reached payment in the slice
+	// Local: attempts that failed at once on a replica's channel that was
+	// not ready (they never reached payment).
+	Local int
 }
 
 // Result is a scenario's outcome, by slice of SliceWidth.
@@ -102,6 +120,7 @@ func (r *Result) Window(from, to time.Duration) Slice {
 			s.Users += sl.Users
 			s.Successes += sl.Successes
 			s.Calls += sl.Calls
+			s.Local += sl.Local
 		}
 	}
 	return s
@@ -150,6 +169,7 @@ const (
 	evArrive evKind = iota
 	evAttempt
 	evAnswer
+	evTrial // payment's health trial is due
 )
 
 type event struct {
@@ -157,8 +177,9 @@ type event struct {
 	seq  int64
 	kind evKind
 	req  *request
-	// evAnswer: what payment did.
-	ok, timedOut bool
+	// evAnswer: what payment did; local: the replica's channel was not
+	// ready, payment saw nothing.
+	ok, timedOut, local bool
 }
 
 type queue []*event
@@ -202,6 +223,14 @@ type sim struct {
 	tokens float64 // payment's capacity bucket
 	tokAt  time.Duration
 	ready  []time.Duration // per replica, after a Restart fault
+	// With Scenario.Health: payment's state, and its changes in order.
+	serving *admission.Serving
+	health  []healthChange
+}
+
+type healthChange struct {
+	at      time.Duration
+	serving bool
 }
 
 // reconnect returns when a connection that broke at from, to a server
@@ -251,6 +280,15 @@ func Run(sc Scenario, st Stack, width time.Duration) (*Result, error) {
 		}
 	}
 	s.ready = ready
+	if sc.Health {
+		cfg := sc.Serving
+		cfg.Clock = s.clk
+		sv, err := admission.NewServing(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.serving = sv
+	}
 	arrive := func(t time.Duration) {
 		i := s.rng.IntN(len(guards))
 		s.push(&event{at: t, kind: evArrive, req: &request{g: &guards[i], replica: i, arrived: t, deadline: t + sc.Deadline}})
@@ -280,6 +318,8 @@ func Run(sc Scenario, st Stack, width time.Duration) (*Result, error) {
 			s.attempt(e.at, e.req)
 		case evAnswer:
 			s.answer(e)
+		case evTrial:
+			s.trial(e.at)
 		}
 	}
 	return &s.res, nil
@@ -322,10 +362,9 @@ func (s *sim) attempt(t time.Duration, r *request) {
 		}
 		r.bp = p
 	}
-	if g.Throttle != nil && s.ready != nil {
-		f, ok := s.fault(t)
-		broken := ok && f.Restart || t < s.ready[r.replica] && s.restarted(t)
-		g.Throttle.Connectivity(!broken)
+	ready := s.channelReady(r.replica, t)
+	if g.Throttle != nil && (s.ready != nil || s.serving != nil) {
+		g.Throttle.Connectivity(ready)
 	}
 	if g.Throttle != nil {
 		p, err := g.Throttle.Allow(r.attempts > 0)
@@ -337,6 +376,13 @@ func (s *sim) attempt(t time.Duration, r *request) {
 		r.ap = p
 	}
 	r.attempts++
+	if !ready {
+		// gRPC fails a call on a channel that is not ready at once
+		// (without WaitForReady), and payment sees nothing.
+		s.slice(t).Local++
+		s.push(&event{kind: evAnswer, req: r, at: t, local: true})
+		return
+	}
 	s.slice(t).Calls++
 	e := &event{kind: evAnswer, req: r, at: t + s.sc.RTT}
 	f, ok := s.fault(t)
@@ -375,6 +421,9 @@ func (s *sim) take(t time.Duration, rate float64) bool {
 // settle and next do.
 func (s *sim) answer(e *event) {
 	r, g, t := e.req, e.req.g, e.at
+	if s.serving != nil && !e.local && !e.timedOut && s.serving.Record(e.ok) {
+		s.healthChanged(t)
+	}
 	if e.ok {
 		r.bp.Done(breaker.Success)
 		r.ap.Done(adaptive.Accept)
@@ -429,4 +478,42 @@ func (s *sim) restarted(t time.Duration) bool {
 		}
 	}
 	return false
+}
+
+// channelReady reports whether the replica's channel is ready at t: not
+// broken by a restart, and, with Scenario.Health, payment serving as the
+// channel last heard.
+func (s *sim) channelReady(replica int, t time.Duration) bool {
+	if s.ready != nil {
+		f, ok := s.fault(t)
+		if ok && f.Restart || t < s.ready[replica] && s.restarted(t) {
+			return false
+		}
+	}
+	for i := len(s.health) - 1; i >= 0; i-- {
+		if h := s.health[i]; h.at+HealthDelay <= t {
+			return h.serving
+		}
+	}
+	return true
+}
+
+// healthChanged logs payment's new state at t and, when it stopped
+// serving, schedules its trial.
+func (s *sim) healthChanged(t time.Duration) {
+	sv := s.serving.Serving()
+	s.health = append(s.health, healthChange{at: t, serving: sv})
+	if !sv {
+		s.push(&event{at: t + s.serving.TrialIn(), kind: evTrial})
+	}
+}
+
+// trial starts payment's health trial when it is due, as the timer of
+// interceptor.WithHealth does.
+func (s *sim) trial(t time.Duration) {
+	if s.serving.Trial() {
+		s.healthChanged(t)
+	} else if d := s.serving.TrialIn(); d > 0 {
+		s.push(&event{at: t + d, kind: evTrial})
+	}
 }

@@ -1,0 +1,221 @@
+package admission
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+// Defaults for the zero fields of [ServingConfig].
+const (
+	DefaultMinFailures   = 20
+	DefaultQuiet         = 50 * time.Millisecond
+	DefaultTrial         = 200 * time.Millisecond
+	DefaultTrialFailures = 2
+)
+
+// ServingConfig configures a [Serving]. The zero value is a usable
+// configuration with the defaults listed on each field.
+type ServingConfig struct {
+	// MinFailures is the number of the server's own failures in a row,
+	// with nothing served between them, that make it not serving once
+	// they have lasted Quiet. Zero means DefaultMinFailures (20): at
+	// 30 % random failures a run of 20 starts with a probability of
+	// 0.3^20, about 3.5e-11, so random failures never trip it, while a
+	// server that fails everything at 1 000 requests/s has 20 in 20 ms.
+	MinFailures int
+
+	// Quiet is how long the run must last with nothing served. Zero
+	// means DefaultQuiet (50 ms): a server at a fifth of its capacity
+	// serves something every few milliseconds, so a partial loss never
+	// makes it not serving.
+	Quiet time.Duration
+
+	// Trial is how long the server stays not serving before it serves
+	// again on trial, to find out whether it can: clients that watch its
+	// health send it nothing while it is not serving, so it can learn
+	// that it is back only by trying. Zero means DefaultTrial (200 ms),
+	// which bounds the time every client needs to see the server back
+	// after an outage of any length, at a cost of a few calls per trial
+	// (TrialFailures, plus those in flight while the clients learn of
+	// the new state), whatever the number of clients.
+	Trial time.Duration
+
+	// TrialFailures is the number of failures in a row, with nothing
+	// served, that end a trial. Zero means DefaultTrialFailures (2).
+	TrialFailures int
+
+	// Clock is the time source. Nil means the system clock.
+	Clock Clock
+}
+
+func (c ServingConfig) normalize() (ServingConfig, error) {
+	bad := func(format string, args ...any) (ServingConfig, error) {
+		return ServingConfig{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if c.MinFailures == 0 {
+		c.MinFailures = DefaultMinFailures
+	}
+	if c.Quiet == 0 {
+		c.Quiet = DefaultQuiet
+	}
+	if c.Trial == 0 {
+		c.Trial = DefaultTrial
+	}
+	if c.TrialFailures == 0 {
+		c.TrialFailures = DefaultTrialFailures
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	switch {
+	case c.MinFailures < 1:
+		return bad("ServingConfig.MinFailures %d: want at least 1", c.MinFailures)
+	case c.Quiet < 0 || c.Quiet > time.Hour:
+		return bad("ServingConfig.Quiet %v: want 0 to 1h", c.Quiet)
+	case c.Trial < time.Millisecond || c.Trial > time.Hour:
+		return bad("ServingConfig.Trial %v: want 1ms to 1h", c.Trial)
+	case c.TrialFailures < 1 || c.TrialFailures > c.MinFailures:
+		return bad("ServingConfig.TrialFailures %d: want 1 to MinFailures (%d)", c.TrialFailures, c.MinFailures)
+	}
+	return c, nil
+}
+
+// Serving tracks whether a server can serve at all, from its own answers,
+// so that it can say so to its clients through gRPC health checking (see
+// interceptor.WithHealth). Create one with NewServing. It is safe for
+// concurrent use.
+//
+// The server's handlers report each answer with Record: served (any
+// answer that is not a failure of the server itself) or failed (the
+// handler's own transient failure, such as UNAVAILABLE because its
+// database is down). Failures passed up from a server further down the
+// chain, and requests refused by admission control, are neither: the
+// first say nothing of this server, the second come from a server that is
+// alive and overloaded. A run of MinFailures own failures, with nothing
+// served for Quiet, makes the server not serving. Its clients, which see
+// its health, stop sending it requests; after Trial it serves again on
+// trial, and TrialFailures failures in a row end the trial. Anything
+// served makes it serving at once.
+//
+// Why the server decides, and not each client: a server sees the requests
+// of all its clients. A fleet of a thousand quiet clients each sees one
+// failure now and then, which it cannot tell from a random one, and each
+// must make a call to learn anything; the server sees a thousand failures
+// a second, knows within milliseconds, and its health reaches every
+// client's channel at no cost per request.
+type Serving struct {
+	cfg   ServingConfig
+	start time.Time
+
+	// fast is 1 while the server is serving with no run of failures: a
+	// served answer then changes nothing.
+	fast atomic.Bool
+
+	mu       sync.Mutex
+	serving  bool
+	trial    bool
+	run      int
+	runStart time.Duration
+	downAt   time.Duration
+	downs    int64
+}
+
+// NewServing returns a tracker for a server that is serving, or an error
+// wrapping ErrInvalidConfig.
+func NewServing(cfg ServingConfig) (*Serving, error) {
+	c, err := cfg.normalize()
+	if err != nil {
+		return nil, err
+	}
+	s := &Serving{cfg: c, start: c.Clock.Now(), serving: true}
+	s.fast.Store(true)
+	return s, nil
+}
+
+func (s *Serving) elapsed() time.Duration { return max(s.cfg.Clock.Now().Sub(s.start), 0) }
+
+// Record reports one of the server's answers: served true for an answer
+// served, false for the server's own failure. It reports whether the
+// server's state changed (see Serving.Serving).
+func (s *Serving) Record(served bool) (changed bool) {
+	if served && s.fast.Load() {
+		return false
+	}
+	now := s.elapsed()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if served {
+		s.run, s.trial = 0, false
+		changed = !s.serving
+		s.serving = true
+		s.fast.Store(true)
+		return changed
+	}
+	if !s.serving {
+		// A client that does not watch the server's health still sends
+		// requests; their failures keep the server not serving until
+		// its trial.
+		return false
+	}
+	s.fast.Store(false)
+	if s.run == 0 {
+		s.runStart = now
+	}
+	s.run++
+	need, quiet := s.cfg.MinFailures, s.cfg.Quiet
+	if s.trial {
+		need, quiet = s.cfg.TrialFailures, 0
+	}
+	if s.run < need || now-s.runStart < quiet {
+		return false
+	}
+	s.serving, s.trial, s.run = false, false, 0
+	s.downAt = now
+	s.downs++
+	return true
+}
+
+// Serving reports whether the server can serve, as far as its own answers
+// tell.
+func (s *Serving) Serving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serving
+}
+
+// TrialIn returns how long until the server, not serving, may serve again
+// on trial (call Trial then); 0 when it is serving or the trial is due.
+func (s *Serving) TrialIn() time.Duration {
+	now := s.elapsed()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving {
+		return 0
+	}
+	return max(s.downAt+s.cfg.Trial-now, 0)
+}
+
+// Trial starts a trial if the server has not been serving for Trial: it is
+// serving again, and TrialFailures failures in a row end that. It reports
+// whether it started one.
+func (s *Serving) Trial() bool {
+	now := s.elapsed()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.serving || now-s.downAt < s.cfg.Trial {
+		return false
+	}
+	s.serving, s.trial, s.run = true, true, 0
+	return true
+}
+
+// Downs returns how many times the server became not serving.
+func (s *Serving) Downs() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.downs
+}

@@ -1,0 +1,206 @@
+package admission
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+func newServing(t *testing.T, cfg ServingConfig) (*Serving, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg.Clock = clk
+	s, err := NewServing(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+// fail records n failures 1 ms apart and returns how many changed the
+// state.
+func fail(s *Serving, clk *clock.Fake, n int) (changes int) {
+	for range n {
+		clk.Advance(time.Millisecond)
+		if s.Record(false) {
+			changes++
+		}
+	}
+	return changes
+}
+
+func TestServingDownAfterRunAndQuiet(t *testing.T) {
+	s, clk := newServing(t, ServingConfig{Quiet: 100 * time.Millisecond})
+	// 100 failures over 99 ms (from the first): the run is long enough,
+	// the silence not.
+	if n := fail(s, clk, 100); n != 0 || !s.Serving() {
+		t.Fatalf("after 99 ms of failures: changes %d, serving %v; want 0, true", n, s.Serving())
+	}
+	if n := fail(s, clk, 1); n != 1 || s.Serving() {
+		t.Fatalf("after 100 ms: changes %d, serving %v; want 1, false", n, s.Serving())
+	}
+	if s.Downs() != 1 {
+		t.Fatalf("Downs = %d, want 1", s.Downs())
+	}
+	// Failures while down change nothing.
+	if n := fail(s, clk, 50); n != 0 || s.Serving() {
+		t.Fatalf("failures while down: changes %d, serving %v", n, s.Serving())
+	}
+}
+
+func TestServingFewFailuresOverLongTimeStayServing(t *testing.T) {
+	s, clk := newServing(t, ServingConfig{})
+	// A quiet server: 19 failures over 19 s is not evidence enough.
+	for range 19 {
+		clk.Advance(time.Second)
+		if s.Record(false) {
+			t.Fatal("changed on fewer than MinFailures failures")
+		}
+	}
+	if !s.Serving() {
+		t.Fatal("not serving after 19 failures")
+	}
+	clk.Advance(time.Second)
+	if !s.Record(false) {
+		t.Fatal("the 20th failure, 19 s into the run, did not change the state")
+	}
+}
+
+func TestServingServedEndsRunAndDown(t *testing.T) {
+	s, clk := newServing(t, ServingConfig{Quiet: 100 * time.Millisecond})
+	fail(s, clk, 150)
+	if s.Serving() {
+		t.Fatal("serving after 150 ms of failures")
+	}
+	if !s.Record(true) || !s.Serving() {
+		t.Fatal("a served answer did not make the server serving")
+	}
+	if s.Record(true) {
+		t.Fatal("a second served answer reported a change")
+	}
+	// The run starts over: 99 failures are not enough again.
+	if n := fail(s, clk, 99); n != 0 {
+		t.Fatal("the run did not start over after a served answer")
+	}
+	s.Record(true)
+	if n := fail(s, clk, 99); n != 0 {
+		t.Fatal("a served answer inside a run did not end it")
+	}
+}
+
+func TestServingTrial(t *testing.T) {
+	s, clk := newServing(t, ServingConfig{Quiet: 100 * time.Millisecond, Trial: 200 * time.Millisecond, TrialFailures: 3})
+	fail(s, clk, 101)
+	if s.Serving() {
+		t.Fatal("serving")
+	}
+	if got := s.TrialIn(); got != 200*time.Millisecond {
+		t.Fatalf("TrialIn = %v, want 200ms", got)
+	}
+	clk.Advance(199 * time.Millisecond)
+	if s.Trial() {
+		t.Fatal("trial before Trial had passed")
+	}
+	clk.Advance(time.Millisecond)
+	if s.TrialIn() != 0 || !s.Trial() || !s.Serving() {
+		t.Fatal("no trial when due")
+	}
+	if s.Trial() || s.TrialIn() != 0 {
+		t.Fatal("Trial or TrialIn while serving")
+	}
+	// Three failures end the trial at once, whatever the silence.
+	if n := fail(s, clk, 2); n != 0 || !s.Serving() {
+		t.Fatal("two failures ended the trial")
+	}
+	if n := fail(s, clk, 1); n != 1 || s.Serving() {
+		t.Fatal("the third failure did not end the trial")
+	}
+	// A trial that is served ends trial mode: the full rule applies again.
+	clk.Advance(200 * time.Millisecond)
+	s.Trial()
+	s.Record(true)
+	if n := fail(s, clk, 50); n != 0 {
+		t.Fatal("after a served trial, 50 failures over 50 ms changed the state")
+	}
+}
+
+func TestServingRandomFailuresNeverDown(t *testing.T) {
+	s, clk := newServing(t, ServingConfig{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	// 30 % random failures at 1 000 answers/s for 100 s.
+	for range 100_000 {
+		clk.Advance(time.Millisecond)
+		s.Record(rng.Float64() >= 0.3)
+	}
+	if s.Downs() != 0 {
+		t.Fatalf("Downs = %d at 30 %% random failures", s.Downs())
+	}
+}
+
+func TestServingPartialCapacityNeverDown(t *testing.T) {
+	s, clk := newServing(t, ServingConfig{})
+	// A server at a fifth of its capacity: 1 000 requests/s, one in five
+	// served, in a burst pattern (four served, then sixteen refused).
+	for i := range 100_000 {
+		clk.Advance(time.Millisecond)
+		s.Record(i%20 < 4)
+	}
+	if s.Downs() != 0 {
+		t.Fatalf("Downs = %d at a fifth of capacity", s.Downs())
+	}
+}
+
+func TestServingConfigErrors(t *testing.T) {
+	for _, c := range []ServingConfig{
+		{MinFailures: -1},
+		{Quiet: -time.Second},
+		{Quiet: 2 * time.Hour},
+		{Trial: -1},
+		{Trial: time.Microsecond},
+		{TrialFailures: -2},
+		{TrialFailures: 21},
+		{MinFailures: 2, TrialFailures: 3},
+	} {
+		if _, err := NewServing(c); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("NewServing(%+v) = %v, want ErrInvalidConfig", c, err)
+		}
+	}
+	if _, err := NewServing(ServingConfig{}); err != nil {
+		t.Fatalf("zero config: %v", err)
+	}
+}
+
+func TestServingConcurrent(t *testing.T) {
+	s, err := NewServing(ServingConfig{MinFailures: 5, TrialFailures: 2, Quiet: 1, Trial: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10_000 {
+				switch {
+				case g == 0 && i%100 == 0:
+					s.Trial()
+				case g == 1:
+					s.Record(true)
+				default:
+					s.Record(false)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// The served answers of goroutine 1 end every down state; the last
+	// word belongs to whichever came last, so only consistency is
+	// checked: a serving server has no trial due.
+	if s.Serving() && s.TrialIn() != 0 {
+		t.Fatal("serving with a trial due")
+	}
+}
