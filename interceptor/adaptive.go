@@ -163,18 +163,20 @@ func (c *call) settleAdaptive(err error, failure, dontRetry, ignored bool) {
 }
 
 // reportConn tells the throttle, before a failure is reported, whether
-// the call's channel is connected. A failure with the channel broken
-// (connecting, in transient failure, shut down) is a strong sign of a
-// dead target, and the channel's coming back will say that the target is
-// back. An idle channel says nothing either way: it has not tried to
-// connect (a channel unused since its idle timeout, or one that a test's
-// fake invoker never used).
+// the call's channel is connected. A failure with the channel broken (in
+// transient failure: it could not connect, or the server's health check
+// says it is not serving; or shut down) marks the target down at once,
+// and the channel's coming back will say that the target is back. An
+// idle or connecting channel says nothing either way: it has not tried
+// to connect yet (a channel unused since its idle timeout, or one that a
+// test's fake invoker never used), or is reconnecting after a lost
+// connection, which usually takes milliseconds, and calls made meanwhile
+// wait for it rather than fail.
 func (c *call) reportConn() {
 	switch c.conn.GetState() {
 	case connectivity.Ready:
 		c.thr.Connectivity(true)
-	case connectivity.Idle:
-	default:
+	case connectivity.TransientFailure, connectivity.Shutdown:
 		c.thr.Connectivity(false)
 	}
 }

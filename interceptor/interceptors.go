@@ -21,7 +21,10 @@ func New(opts ...Option) (*Interceptors, error) {
 	}
 	wireBreakerObserver(&cfg)
 	wireAdaptiveObserver(&cfg)
-	return &Interceptors{client: client{cfg: cfg}, server: server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission}}, nil
+	if cfg.health != nil && cfg.observer != nil {
+		cfg.health.setObserver(cfg.observer)
+	}
+	return &Interceptors{client: client{cfg: cfg}, server: server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission, health: cfg.health}}, nil
 }
 
 // UnaryClient returns the unary client interceptor.

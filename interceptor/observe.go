@@ -64,6 +64,11 @@ const (
 	// request before its handler for Admission; Code is the answer's and
 	// Delay the pushback sent (negative: "do not retry").
 	EventAdmissionRefused
+	// EventNotServing, EventServing: the server's own health (WithHealth)
+	// became NOT_SERVING, or SERVING again (on trial, or because it
+	// served something).
+	EventNotServing
+	EventServing
 )
 
 var eventKindNames = map[EventKind]string{
@@ -80,6 +85,8 @@ var eventKindNames = map[EventKind]string{
 	EventTargetDown:         "target_down",
 	EventTargetUp:           "target_up",
 	EventAdmissionRefused:   "admission_refused",
+	EventNotServing:         "not_serving",
+	EventServing:            "serving",
 }
 
 func (k EventKind) String() string {

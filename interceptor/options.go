@@ -72,6 +72,7 @@ type config struct {
 	replayLimit       int
 	observer          Observer
 	admission         *admission.Limiter
+	health            *selfHealth
 
 	// limiterBy names the retry limiter option that set limiters, to
 	// refuse a second one.

@@ -37,6 +37,7 @@ type server struct {
 
 	ignoreEnvoy bool // WithEnvoyAttemptCount(false)
 	admission   *admission.Limiter
+	health      *selfHealth // WithHealth
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
@@ -86,6 +87,7 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}()
 	resp, err = handler(sc, req)
 	returned = true
+	s.health.record(sc, err, s.retryable)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		_ = grpc.SetTrailer(sc, sc.st.dontRetryTrailer())
 	}
@@ -147,6 +149,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	}()
 	err = handler(srv, &serverStream{ServerStream: ss, ctx: sc})
 	returned = true
+	s.health.record(sc, err, s.retryable)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		ss.SetTrailer(sc.st.dontRetryTrailer())
 	}

@@ -1,0 +1,186 @@
+package interceptor
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/admission"
+)
+
+// HealthServiceConfig is the client's service config that turns on gRPC
+// client-side health checking of the whole server (service ""), for the
+// server side of WithHealth. It selects the round_robin balancer: gRPC's
+// default, pick_first, does no health checking (gRFC A17).
+//
+//	import _ "google.golang.org/grpc/health" // registers the health checker
+//
+//	conn, err := grpc.NewClient(target,
+//		grpc.WithDefaultServiceConfig(interceptor.HealthServiceConfig), ...)
+//
+// Each connection then keeps one Watch stream open to the server's
+// grpc.health.v1.Health service, and is ready only while the server
+// reports SERVING. Merge the healthCheckConfig entry into your own
+// service config if you have one (a default service config replaces, it
+// does not merge).
+const HealthServiceConfig = `{"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}`
+
+// HealthSetter receives the server's serving status: grpc-go's
+// *health.Server (google.golang.org/grpc/health) satisfies it.
+type HealthSetter interface {
+	SetServingStatus(service string, status healthpb.HealthCheckResponse_ServingStatus)
+}
+
+// WithHealth reports, through h, whether this server can serve at all,
+// judged from its own answers (see admission.Serving): NOT_SERVING after a
+// run of its own transient failures (by default 20 in a row, with nothing
+// served for 50 ms), SERVING again on trial after cfg.Trial (200 ms), and
+// SERVING at once when anything is served. Server side. Services are the
+// health service names set (none: "", the whole server).
+//
+// It is for a server that is alive but cannot serve (its database is
+// down): its connections stay ready, so each client must otherwise make a
+// call to learn anything, and a fleet of quiet clients sends it about one
+// call per client, retries included (issue 13's fleet). With client-side
+// health checking (HealthServiceConfig) every client's channel leaves
+// READY within a round trip of NOT_SERVING, its calls fail at once
+// without reaching the server, and the adaptive throttle (WithAdaptive)
+// marks the target down on the first of them; SERVING makes the channels
+// ready again and revives the throttles, so every client sees the server
+// back within one trial, whatever its own request rate. A trial costs a
+// few calls (cfg.TrialFailures plus those in flight while the clients
+// hear of it), whatever the number of clients. With several backends
+// behind one target the balancer sends nothing to the backend that is not
+// serving and the others carry the load.
+//
+// What counts: an answer is served unless it has one of the retryable
+// codes (WithCodes; UNAVAILABLE by default); such a failure counts
+// against the server only when it is the handler's own, not one passed up
+// from a call that gave up further down the chain (that server reports
+// its own health). Requests refused by admission control, answers after
+// the caller left, and panics count for nothing.
+//
+// h is usually the *health.Server registered on the same grpc.Server:
+//
+//	hs := health.NewServer()
+//	healthpb.RegisterHealthServer(srv, hs)
+//	sg, err := interceptor.New(append(interceptor.Recommended(),
+//		interceptor.WithHealth(hs, admission.ServingConfig{}))...)
+//
+// The trials run on the system clock (time.AfterFunc): cfg.Clock must be
+// nil. An invalid cfg or a nil h makes New fail.
+func WithHealth(h HealthSetter, cfg admission.ServingConfig, services ...string) Option {
+	var s *admission.Serving
+	err := error(nil)
+	if cfg.Clock != nil {
+		err = invalid("WithHealth: ServingConfig.Clock must be nil: the trials run on timers")
+	} else if h == nil {
+		err = invalid("WithHealth: nil HealthSetter")
+	} else if s, err = admission.NewServing(cfg); err != nil {
+		err = invalid("WithHealth: %v", err)
+	}
+	if len(services) == 0 {
+		services = []string{""}
+	}
+	sh := &selfHealth{serving: s, h: h, services: services, after: afterFunc}
+	return setupOption("WithHealth", func(c *config) error {
+		if err != nil {
+			return err
+		}
+		c.health = sh
+		return nil
+	})
+}
+
+// Serving returns the server's health tracker (WithHealth), or nil.
+func (i *Interceptors) Serving() *admission.Serving {
+	if i.server.health == nil {
+		return nil
+	}
+	return i.server.health.serving
+}
+
+// selfHealth reports the server's Serving state to a HealthSetter.
+type selfHealth struct {
+	serving  *admission.Serving
+	h        HealthSetter
+	services []string
+
+	// after runs f after d: time.AfterFunc; tests take the trial in hand.
+	after func(d time.Duration, f func())
+
+	mu       sync.Mutex // orders the reports; guards pending and observer
+	pending  bool       // a trial timer is set
+	observer Observer   // New's; the last New given one wins
+}
+
+func afterFunc(d time.Duration, f func()) { time.AfterFunc(d, f) }
+
+func (sh *selfHealth) setObserver(o Observer) {
+	sh.mu.Lock()
+	sh.observer = o
+	sh.mu.Unlock()
+}
+
+// record reports an answer of the handler: see WithHealth for what
+// counts.
+func (sh *selfHealth) record(sc *stateCtx, err error, retryable uint64) {
+	if sh == nil || sc.Err() != nil {
+		return
+	}
+	served := err == nil || retryable&codeBit(status.Code(err)) == 0
+	if !served && sc.st.gaveUp.Load() {
+		return // passed up from further down
+	}
+	if sh.serving.Record(served) {
+		sh.publish()
+	}
+}
+
+// publish reports the current state to h, under mu so that reports made
+// concurrently land in order; the last one is always the current state.
+// A server that is not serving gets a timer for its trial.
+func (sh *selfHealth) publish() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	serving := sh.serving.Serving()
+	st, kind := healthpb.HealthCheckResponse_SERVING, EventServing
+	if !serving {
+		st, kind = healthpb.HealthCheckResponse_NOT_SERVING, EventNotServing
+		sh.armLocked()
+	}
+	for _, svc := range sh.services {
+		sh.h.SetServingStatus(svc, st)
+	}
+	if sh.observer != nil {
+		sh.observer.Observe(context.Background(), Event{Kind: kind})
+	}
+}
+
+// trial runs when a trial may be due: it starts it, or waits again if the
+// server stopped serving anew since the timer was set.
+func (sh *selfHealth) trial() {
+	sh.mu.Lock()
+	sh.pending = false
+	sh.mu.Unlock()
+	if sh.serving.Trial() {
+		sh.publish()
+		return
+	}
+	if !sh.serving.Serving() {
+		sh.mu.Lock()
+		sh.armLocked()
+		sh.mu.Unlock()
+	}
+}
+
+// armLocked sets the trial timer unless one is set. sh.mu is held.
+func (sh *selfHealth) armLocked() {
+	if !sh.pending {
+		sh.pending = true
+		sh.after(max(sh.serving.TrialIn(), time.Millisecond), sh.trial)
+	}
+}
