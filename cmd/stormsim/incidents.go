@@ -212,6 +212,11 @@ type column struct {
 	// reconnecting channels revive the throttles.
 	Floor             float64 `json:"floor,omitempty"`
 	RestartRecoveryMS *int64  `json:"restart_recovery_ms,omitempty"`
+	// Health and HealthRecoveryMS (fleet only): the outage and the
+	// recovery when payment's health is watched (interceptor.WithHealth
+	// and client-side health checking).
+	Health           *sliceStat `json:"health_incident,omitempty"`
+	HealthRecoveryMS *int64     `json:"health_recovery_ms,omitempty"`
 }
 
 // sliced is the result of a sliced scenario.

@@ -105,6 +105,12 @@ func TestFleetScenario(t *testing.T) {
 		if got := c.Incident.CallsPerRequest; got > c.Floor+0.10 {
 			t.Errorf("%d replicas: %v calls/request, floor %v", n, got, c.Floor)
 		}
+		if c.Health == nil || c.HealthRecoveryMS == nil {
+			t.Fatalf("%d replicas: no health-watched result", n)
+		}
+		if got := c.Health.CallsPerRequest; got > c.Floor+0.05 || *c.HealthRecoveryMS < 0 || *c.HealthRecoveryMS > 200 {
+			t.Errorf("%d replicas, health watched: %v calls/request (floor %v), back in %d ms; want <= floor + 0.05, <= 200 ms", n, got, c.Floor, *c.HealthRecoveryMS)
+		}
 	}
 	if c := r.Columns[1]; c.Mode != "10 x 100/s" || c.Floor < 10.0/4400 || c.Floor > 10.0/3600 {
 		t.Errorf("10 replicas: column %q floor %v, want 10 x 100/s, 10 / ~4000 requests", c.Mode, c.Floor)

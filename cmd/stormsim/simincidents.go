@@ -120,6 +120,14 @@ func runFleet(ctx context.Context, ic incidentConfig, p progress) (sliced, error
 		rms := recoveryMS(rr.Recovery(7*s, 7*s+tail))
 		c.RestartRecoveryMS = &rms
 		sc.Faults[0].Restart = false
+		sc.Health = true
+		rh, err := incidentsim.Run(sc, adaptiveStack, simWidth)
+		if err != nil {
+			return out, err
+		}
+		sc.Health = false
+		hs, hms := simStat(rh, 3*s, 7*s), recoveryMS(rh.Recovery(7*s, 7*s+tail))
+		c.Health, c.HealthRecoveryMS = &hs, &hms
 		ro, err := incidentsim.Run(sc, old, simWidth)
 		if err != nil {
 			return out, err
@@ -132,6 +140,7 @@ func runFleet(ctx context.Context, ic incidentConfig, p progress) (sliced, error
 	out.notes = append(out.notes,
 		"floor: replicas / user requests during the outage: each replica makes at least one call to learn that payment is down.",
 		"time to 99 %: from payment's return to the end of the last 50 ms slice with less than 99 % success; restart: the outage is a restart, and each replica's channel going READY again revives its throttle.",
-		"a replica that sees few requests probes a dead payment with ProbeRatio (5 %) of them, so it learns late that payment is back unless its channel tells it.")
+		"a replica that sees few requests probes a dead payment with ProbeRatio (5 %) of them, so it learns late that payment is back unless its channel tells it.",
+		"health watched: payment reports its own state over gRPC health checking (interceptor.WithHealth; clients use interceptor.HealthServiceConfig): NOT_SERVING after a run of its own failures, SERVING again on trial every 200 ms; the replicas' calls fail on their channels meanwhile, and a served trial makes every channel READY at once.")
 	return out, nil
 }

@@ -75,6 +75,10 @@ func writeSliced(w io.Writer, r sliced) error {
 	if first.RestartRecoveryMS != nil {
 		summary("restart: time to 99 %", func(c column) string { return recoveryText(*c.RestartRecoveryMS) })
 	}
+	if first.Health != nil {
+		summary("health watched: outage", func(c column) string { return cell(*c.Health) })
+		summary("health watched: time to 99 %", func(c column) string { return recoveryText(*c.HealthRecoveryMS) })
+	}
 	for _, e := range r.extra {
 		row(e)
 	}

@@ -189,24 +189,26 @@ func Report(w io.Writer, seed uint64) error {
 
 // FleetTable writes the fleet table: calls at payment per user request
 // during the 4 s outage against the floor, and the time to 99 % after
-// payment is back; for the adaptive throttle also when the outage is a
-// restart whose reconnecting channels revive the throttles.
+// payment is back, for each stack with payment refusing everything behind
+// ready channels; then for the adaptive throttle with payment's health
+// watched (Scenario.Health), and when the outage is a restart whose
+// channels break and reconnect.
 func FleetTable(w io.Writer, seed uint64) error {
 	stacks := []Stack{Stacks()[1], Stacks()[2], Stacks()[3]}
 	fmt.Fprint(w, "\nfleet: replicas of order sharing 1000 req/s, payment down 4 s after 3 s healthy, watched 30 s after\n\n| replicas | req/s each | floor |")
 	for _, st := range stacks {
 		fmt.Fprintf(w, " %s calls/req | %s to 99 %% |", st.Name, st.Name)
 	}
-	fmt.Fprint(w, " adaptive+budget, restart, READY revives: to 99 % |\n|---|---|---|")
+	fmt.Fprint(w, " adaptive+budget, health watched: calls/req | to 99 % | adaptive+budget, restart: calls/req | to 99 % |\n|---|---|---|")
 	for range stacks {
 		fmt.Fprint(w, "---|---|")
 	}
-	fmt.Fprintln(w, "---|")
+	fmt.Fprintln(w, "---|---|---|---|")
 	for _, n := range []int{1, 10, 100, 1000} {
 		sc := Fleet(n, 30*s, seed)
 		fmt.Fprintf(w, "| %d | %d |", n, 1000/n)
 		floor := -1.0
-		for _, st := range stacks {
+		cell := func(sc Scenario, st Stack) error {
 			r, err := Run(sc, st, 50*time.Millisecond)
 			if err != nil {
 				return err
@@ -217,13 +219,24 @@ func FleetTable(w io.Writer, seed uint64) error {
 				fmt.Fprintf(w, " %.4f |", floor)
 			}
 			fmt.Fprintf(w, " %s | %s |", num(out.CallsPerRequest()), dur(r.Recovery(7*s, 37*s)))
+			return nil
 		}
-		sc.Faults[0].Restart = true
-		r, err := Run(sc, stacks[2], 50*time.Millisecond)
-		if err != nil {
+		for _, st := range stacks {
+			if err := cell(sc, st); err != nil {
+				return err
+			}
+		}
+		health := sc
+		health.Health = true
+		if err := cell(health, stacks[2]); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, " %s |\n", dur(r.Recovery(7*s, 37*s)))
+		sc.Faults = []Fault{sc.Faults[0]}
+		sc.Faults[0].Restart = true
+		if err := cell(sc, stacks[2]); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
 	}
 	return nil
 }

@@ -121,9 +121,9 @@ func TestReport(t *testing.T) {
 }
 
 // The fleet of 1000 replicas at 1 req/s each. When payment's process is
-// gone (a restart: the channels break), it stays within 0.05 of the floor
-// of one call per replica, and the channels that reconnect bring it back
-// within grpc-go's reconnect backoff. When payment refuses everything
+// gone (a restart: the channels break), its calls fail on the replicas'
+// channels and none reaches payment; the channels that reconnect bring it
+// back within grpc-go's reconnect backoff. When payment refuses everything
 // behind ready channels, a replica at 1 req/s needs eight failures in a
 // row to call it down and retries the first of them, as it must at random
 // failures (see adaptive/quiet.go): the trade-off of issue 13's review
@@ -139,11 +139,50 @@ func TestFleet(t *testing.T) {
 	sc.Faults[0].Restart = true
 	r := run(t, sc, st)
 	w = r.Window(3*s, 7*s)
-	if floor := 1000 / float64(w.Users); w.CallsPerRequest() > floor+0.05 {
-		t.Errorf("1000 replicas, restart: %.3f calls/req, want <= floor %.3f + 0.05", w.CallsPerRequest(), floor)
+	if w.Calls != 0 || w.Local == 0 {
+		t.Errorf("1000 replicas, restart: %d calls at payment, %d failed on the channel; want 0 and some", w.Calls, w.Local)
 	}
 	if got := r.Recovery(7*s, 17*s); got < 0 || got > 5*s {
 		t.Errorf("1000 replicas, restart: 99 %% after %v, want within 5 s", got)
+	}
+}
+
+// With payment's health watched (it says NOT_SERVING on its own after a
+// run of failures, and serves again on trial), every fleet size stays
+// within 0.05 of the floor of one call per replica, whatever the seed,
+// and is back within 200 ms of payment: the trials cost a few calls each,
+// whatever the number of replicas, and a trial that is served reaches
+// every replica's channel at once.
+func TestFleetHealth(t *testing.T) {
+	st := stack(t, "adaptive+budget")
+	for _, n := range []int{1, 10, 100, 1000} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			sc := Fleet(n, 10*s, seed)
+			sc.Health = true
+			r := run(t, sc, st)
+			w := r.Window(3*s, 7*s)
+			floor := float64(n) / float64(w.Users)
+			if got := w.CallsPerRequest(); got > floor+0.05 || got > 1 {
+				t.Errorf("%d replicas, seed %d: %.4f calls/req, want <= floor %.4f + 0.05", n, seed, got, floor)
+			}
+			if got := r.Recovery(7*s, 17*s); got < 0 || got > 200*time.Millisecond {
+				t.Errorf("%d replicas, seed %d: 99 %% after %v, want within 200 ms", n, seed, got)
+			}
+		}
+	}
+}
+
+// Payment's health never says NOT_SERVING at random failures or at a
+// fifth of its capacity: the same users are served as without it.
+func TestHealthInvisibleWhenServing(t *testing.T) {
+	st := stack(t, "adaptive+budget")
+	for _, sc := range []Scenario{RandomFailures(0.3, 1), RandomFailures(0.1, 1), Partial(1)} {
+		plain := run(t, sc, st).Window(0, sc.Duration)
+		sc.Health = true
+		h := run(t, sc, st).Window(0, sc.Duration)
+		if h != plain {
+			t.Errorf("%s: with health %+v, without %+v; want the same", sc.Name, h, plain)
+		}
 	}
 }
 
