@@ -29,6 +29,8 @@ const (
 //	stormguard.admission.latency    gauge    s, the least latency of the limiter's last window, per server
 //	stormguard.admission.queue      gauge    requests waiting in the limiter's queue (admission.Config.QueueSize), per server
 //	stormguard.admission.refusals   counter  requests refused before the handler, by reason
+//	stormguard.health.serving       gauge    1 while the server says SERVING, 0 while NOT_SERVING (interceptor.WithHealth), per server
+//	stormguard.health.not_serving   counter  times the server said NOT_SERVING, per server
 //
 // Install it as an observer of the server interceptors, next to Metrics
 // (interceptor.Observers(m, a)), and call Track for the gauges. It is safe
@@ -38,6 +40,8 @@ type Admission struct {
 	inflight metric.Int64ObservableGauge
 	latency  metric.Float64ObservableGauge
 	queue    metric.Int64ObservableGauge
+	serving  metric.Int64ObservableGauge
+	downs    metric.Int64ObservableCounter
 	refusals metric.Int64Counter
 	reg      metric.Registration
 	reasons  [5]attrOpts // by interceptor.AdmissionReason; 0 is "other"
@@ -48,7 +52,8 @@ type Admission struct {
 
 type trackedServer struct {
 	attrs metric.MeasurementOption
-	l     *admission.Limiter
+	l     *admission.Limiter // nil without WithAdmission
+	s     *admission.Serving // nil without WithHealth
 }
 
 var _ interceptor.Observer = (*Admission)(nil)
@@ -66,6 +71,10 @@ func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 		"The least latency of the admission limiter's last window: what a request needs at least, per server.")
 	a.queue = in.intGauge("stormguard.admission.queue", "{request}",
 		"Requests waiting in the admission limiter's queue, per server.")
+	a.serving = in.intGauge("stormguard.health.serving", "1",
+		"1 while the server reports SERVING, 0 while NOT_SERVING, from its own answers (interceptor.WithHealth), per server.")
+	a.downs = in.observableCounter("stormguard.health.not_serving", "{change}",
+		"Times the server reported NOT_SERVING, per server.")
 	a.refusals = in.counter("stormguard.admission.refusals", "{request}",
 		"Requests refused by admission control before their handler, by reason.")
 	if err := in.err(); err != nil {
@@ -75,22 +84,22 @@ func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 	for r, name := range []string{"other", "limit", "deadline", "caller_gone", "queue_timeout"} {
 		a.reasons[r] = newAttrOpts(semconv.RPCSystemGRPC, AdmissionReasonKey.String(name))
 	}
-	a.reg, err = in.meter.RegisterCallback(a.collect, a.limit, a.inflight, a.latency, a.queue)
+	a.reg, err = in.meter.RegisterCallback(a.collect, a.limit, a.inflight, a.latency, a.queue, a.serving, a.downs)
 	if err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-// Track reports the admission limiter of i (if it has one) under the
-// name server, from the next collection on.
+// Track reports the admission limiter and the health tracker of i (those
+// it has) under the name server, from the next collection on.
 func (a *Admission) Track(server string, i *interceptor.Interceptors) {
-	if i == nil || i.Admission() == nil {
+	if i == nil || i.Admission() == nil && i.Serving() == nil {
 		return
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.servers = append(a.servers, trackedServer{attrs: metric.WithAttributes(ServerKey.String(server)), l: i.Admission()})
+	a.servers = append(a.servers, trackedServer{attrs: metric.WithAttributes(ServerKey.String(server)), l: i.Admission(), s: i.Serving()})
 }
 
 // Close unregisters the gauges' callback.
@@ -113,11 +122,21 @@ func (a *Admission) collect(_ context.Context, o metric.Observer) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, s := range a.servers {
-		st := s.l.Stats()
-		o.ObserveInt64(a.limit, int64(st.Limit), s.attrs)
-		o.ObserveInt64(a.inflight, int64(st.InFlight), s.attrs)
-		o.ObserveFloat64(a.latency, st.Latency.Seconds(), s.attrs)
-		o.ObserveInt64(a.queue, int64(st.Queue), s.attrs)
+		if s.l != nil {
+			st := s.l.Stats()
+			o.ObserveInt64(a.limit, int64(st.Limit), s.attrs)
+			o.ObserveInt64(a.inflight, int64(st.InFlight), s.attrs)
+			o.ObserveFloat64(a.latency, st.Latency.Seconds(), s.attrs)
+			o.ObserveInt64(a.queue, int64(st.Queue), s.attrs)
+		}
+		if s.s != nil {
+			v := int64(0)
+			if s.s.Serving() {
+				v = 1
+			}
+			o.ObserveInt64(a.serving, v, s.attrs)
+			o.ObserveInt64(a.downs, s.s.Downs(), s.attrs)
+		}
 	}
 	return nil
 }

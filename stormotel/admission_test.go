@@ -8,6 +8,9 @@ import (
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/interceptor"
@@ -56,6 +59,51 @@ func TestAdmission(t *testing.T) {
 	}
 	if got := collect(t, r); !maps.Equal(got, want) {
 		t.Fatalf("%s", diff(got, want))
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAdmissionHealth: a server with WithHealth and no admission control
+// is tracked; its gauge follows its serving state and the counter its
+// NOT_SERVING changes.
+func TestAdmissionHealth(t *testing.T) {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	a, err := stormotel.NewAdmission(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := interceptor.New(interceptor.WithHealth(health.NewServer(), admission.ServingConfig{MinFailures: 1, Quiet: time.Nanosecond, Trial: time.Hour, TrialFailures: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Track("payment", i)
+	want := map[string]string{
+		"stormguard.health.serving{stormguard.admission.server=payment}":     "1",
+		"stormguard.health.not_serving{stormguard.admission.server=payment}": "0",
+	}
+	if got := collect(t, r); !maps.Equal(got, want) {
+		t.Fatalf("serving: %s", diff(got, want))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	fail := func(context.Context, any) (any, error) { return nil, status.Error(codes.Unavailable, "db down") }
+	// Quiet is 1 ns: a later failure ends the run (bounded loop).
+	for n := 0; i.Serving().Serving(); n++ {
+		if n == 1000 {
+			t.Fatal("still serving after 1000 failures")
+		}
+		_, _ = i.UnaryServer()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/s/M"}, fail)
+	}
+	want = map[string]string{
+		"stormguard.health.serving{stormguard.admission.server=payment}":     "0",
+		"stormguard.health.not_serving{stormguard.admission.server=payment}": "1",
+	}
+	if got := collect(t, r); !maps.Equal(got, want) {
+		t.Fatalf("not serving: %s", diff(got, want))
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)

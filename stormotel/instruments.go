@@ -65,3 +65,9 @@ func (in *instruments) floatGauge(name, unit, desc string) metric.Float64Observa
 	in.keep(err)
 	return g
 }
+
+func (in *instruments) observableCounter(name, unit, desc string) metric.Int64ObservableCounter {
+	c, err := in.meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	in.keep(err)
+	return c
+}
