@@ -17,6 +17,11 @@
 // full limit wait briefly for a slot (Limiter.Wait): CoDel-style
 // timeouts, and the newest first when the queue is backed up.
 //
-// The gRPC glue is interceptor.WithAdmission; this package imports only
-// the standard library.
+// [Serving] is the server's other self-protection: whether it can serve at
+// all, judged from its own answers, for gRPC health checking (a server
+// whose database is down says NOT_SERVING, and its clients stop sending
+// until a trial shows it can serve again).
+//
+// The gRPC glue is interceptor.WithAdmission and interceptor.WithHealth;
+// this package imports only the standard library.
 package admission
