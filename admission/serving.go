@@ -9,6 +9,12 @@ import (
 	"github.com/stormguard/stormguard/internal/clock"
 )
 
+// quietRuns is how many mean failure runs (of those that ended with
+// something served) a run must last to count: runs of random failures
+// are about geometric, so one of 16 times the mean comes about once in
+// e^16 (9e6) runs.
+const quietRuns = 16
+
 // Defaults for the zero fields of [ServingConfig].
 const (
 	DefaultMinFailures   = 20
@@ -28,10 +34,11 @@ type ServingConfig struct {
 	// server that fails everything at 1 000 requests/s has 20 in 20 ms.
 	MinFailures int
 
-	// Quiet is how long the run must last with nothing served. Zero
-	// means DefaultQuiet (50 ms): a server at a fifth of its capacity
-	// serves something every few milliseconds, so a partial loss never
-	// makes it not serving.
+	// Quiet is how long the run must last with nothing served, at least:
+	// a server that served between shorter runs of failures waits 16
+	// times their mean length (see Serving). Zero means DefaultQuiet
+	// (50 ms): a server at a fifth of its capacity and 1 000 requests/s
+	// serves something every few milliseconds.
 	Quiet time.Duration
 
 	// Trial is how long the server stays not serving before it serves
@@ -89,17 +96,22 @@ func (c ServingConfig) normalize() (ServingConfig, error) {
 // interceptor.WithHealth). Create one with NewServing. It is safe for
 // concurrent use.
 //
-// The server's handlers report each answer with Record: served (any
+// The server's handlers report each answer with Record (or RecordFrom,
+// with the Epoch read when the request started): served (any
 // answer that is not a failure of the server itself) or failed (the
 // handler's own transient failure, such as UNAVAILABLE because its
 // database is down). Failures passed up from a server further down the
 // chain, and requests refused by admission control, are neither: the
 // first say nothing of this server, the second come from a server that is
 // alive and overloaded. A run of MinFailures own failures, with nothing
-// served for Quiet, makes the server not serving. Its clients, which see
-// its health, stop sending it requests; after Trial it serves again on
-// trial, and TrialFailures failures in a row end the trial. Anything
-// served makes it serving at once.
+// served for Quiet, makes the server not serving; at a partial loss, where
+// failure runs end with something served, the run must also last 16 times
+// the mean length of the recent runs that ended so, so that a server that
+// serves one request in five at 50 requests/s is not taken for dead (it
+// is when it then serves nothing for about 1.3 s). Its clients, which see its
+// health, stop sending it requests; after Trial it serves again on trial,
+// and TrialFailures failures in a row, of requests that started during
+// the trial, end it. Anything served makes it serving at once.
 //
 // Why the server decides, and not each client: a server sees the requests
 // of all its clients. A fleet of a thousand quiet clients each sees one
@@ -114,6 +126,9 @@ type Serving struct {
 	// fast is 1 while the server is serving with no run of failures: a
 	// served answer then changes nothing.
 	fast atomic.Bool
+	// epoch counts the trials started; a request reads it when it
+	// starts (Epoch).
+	epoch atomic.Uint64
 
 	mu       sync.Mutex
 	serving  bool
@@ -122,6 +137,9 @@ type Serving struct {
 	runStart time.Duration
 	downAt   time.Duration
 	downs    int64
+	// meanRun is the mean length (a moving average, weight 1/16) of the
+	// runs of failures that ended with something served.
+	meanRun time.Duration
 }
 
 // NewServing returns a tracker for a server that is serving, or an error
@@ -138,10 +156,22 @@ func NewServing(cfg ServingConfig) (*Serving, error) {
 
 func (s *Serving) elapsed() time.Duration { return max(s.cfg.Clock.Now().Sub(s.start), 0) }
 
+// Epoch returns the number of trials started, for RecordFrom: read it
+// when a request starts.
+func (s *Serving) Epoch() uint64 { return s.epoch.Load() }
+
 // Record reports one of the server's answers: served true for an answer
 // served, false for the server's own failure. It reports whether the
 // server's state changed (see Serving.Serving).
 func (s *Serving) Record(served bool) (changed bool) {
+	return s.RecordFrom(s.Epoch(), served)
+}
+
+// RecordFrom is Record for a request that started at epoch (Epoch): the
+// failure of a request that started before the current trial does not
+// count against the trial (a handler that waited on a dead database since
+// before it may fail after the database is back).
+func (s *Serving) RecordFrom(epoch uint64, served bool) (changed bool) {
 	if served && s.fast.Load() {
 		return false
 	}
@@ -149,16 +179,20 @@ func (s *Serving) Record(served bool) (changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if served {
+		if s.run > 0 && !s.trial {
+			s.meanRun += (now - s.runStart - s.meanRun) / 16
+		}
 		s.run, s.trial = 0, false
 		changed = !s.serving
 		s.serving = true
 		s.fast.Store(true)
 		return changed
 	}
-	if !s.serving {
+	if !s.serving || s.trial && epoch < s.epoch.Load() {
 		// A client that does not watch the server's health still sends
 		// requests; their failures keep the server not serving until
-		// its trial.
+		// its trial. And a request from before the trial says nothing
+		// of it.
 		return false
 	}
 	s.fast.Store(false)
@@ -166,7 +200,7 @@ func (s *Serving) Record(served bool) (changed bool) {
 		s.runStart = now
 	}
 	s.run++
-	need, quiet := s.cfg.MinFailures, s.cfg.Quiet
+	need, quiet := s.cfg.MinFailures, max(s.cfg.Quiet, quietRuns*s.meanRun)
 	if s.trial {
 		need, quiet = s.cfg.TrialFailures, 0
 	}
@@ -210,6 +244,7 @@ func (s *Serving) Trial() bool {
 		return false
 	}
 	s.serving, s.trial, s.run = true, true, 0
+	s.epoch.Add(1)
 	return true
 }
 

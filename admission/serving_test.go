@@ -204,3 +204,63 @@ func TestServingConcurrent(t *testing.T) {
 		t.Fatal("serving with a trial due")
 	}
 }
+
+// A partial loss at a low rate: 50 answers/s, four in five failing at
+// random, for 1 000 s. Runs of 20 failures come often (0.8^20, about 1 %
+// of runs), and last far longer than Quiet; the run must also outlast
+// the server's recent runs that ended with something served.
+func TestServingLowRatePartialLossNeverDown(t *testing.T) {
+	s, clk := newServing(t, ServingConfig{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50_000 {
+		clk.Advance(20 * time.Millisecond)
+		s.Record(rng.Float64() >= 0.8)
+	}
+	if s.Downs() != 0 {
+		t.Fatalf("Downs = %d at a fifth of capacity, 50 answers/s", s.Downs())
+	}
+	// When it then dies, it is not serving within a few seconds.
+	for n := 0; s.Serving(); n++ {
+		if n == 500 {
+			t.Fatal("still serving after 10 s of failures only")
+		}
+		clk.Advance(20 * time.Millisecond)
+		s.Record(false)
+	}
+}
+
+// During a trial, failures of requests that started before it do not end
+// it; those of requests that started in it do.
+func TestServingTrialIgnoresOlderRequests(t *testing.T) {
+	s, clk := newServing(t, ServingConfig{})
+	before := s.Epoch()
+	fail(s, clk, 100)
+	if s.Serving() {
+		t.Fatal("serving")
+	}
+	clk.Advance(DefaultTrial)
+	if !s.Trial() {
+		t.Fatal("no trial")
+	}
+	for range 5 {
+		clk.Advance(time.Millisecond)
+		if s.RecordFrom(before, false) {
+			t.Fatal("a request from before the trial ended it")
+		}
+	}
+	in := s.Epoch()
+	if in == before {
+		t.Fatal("the epoch did not change at the trial")
+	}
+	s.RecordFrom(in, false)
+	if !s.RecordFrom(in, false) || s.Serving() {
+		t.Fatal("two failures of requests from the trial did not end it")
+	}
+	// A served answer counts whenever its request started.
+	clk.Advance(DefaultTrial)
+	s.Trial()
+	s.RecordFrom(before, true)
+	if !s.Serving() {
+		t.Fatal("not serving after a served answer")
+	}
+}

@@ -102,8 +102,9 @@ func (c *call) admitAdaptive() error {
 	p, err := c.thr.Allow(c.attempt > 0)
 	if errors.Is(err, adaptive.ErrDown) && c.conn != nil {
 		// A channel that broke while the target was down and is ready
-		// again revives it without waiting for a probe.
-		c.thr.Connectivity(c.conn.GetState() == connectivity.Ready)
+		// again revives it without waiting for a probe. Idle and
+		// connecting say nothing (see reportConn).
+		c.reportConn()
 		if !c.thr.Down() {
 			p, err = c.thr.Allow(c.attempt > 0)
 		}

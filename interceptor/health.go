@@ -2,6 +2,8 @@ package interceptor
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,12 +58,24 @@ type HealthSetter interface {
 // behind one target the balancer sends nothing to the backend that is not
 // serving and the others carry the load.
 //
+// The health service's own calls (grpc.health.v1.Health: the clients'
+// Watch streams, probes' Check calls) bypass the server interceptors
+// altogether: they would count as served answers, and admission control
+// would refuse a client's Watch when the server is full, which grpc-go's
+// health client takes for NOT_SERVING for a second.
+//
 // What counts: an answer is served unless it has one of the retryable
 // codes (WithCodes; UNAVAILABLE by default); such a failure counts
 // against the server only when it is the handler's own, not one passed up
 // from a call that gave up further down the chain (that server reports
 // its own health). Requests refused by admission control, answers after
-// the caller left, and panics count for nothing.
+// the caller left, and panics count for nothing; during a trial, neither
+// do the failures of requests that started before it.
+//
+// Services are the health service names whose status WithHealth sets;
+// "" (the whole server, what HealthServiceConfig watches) is always one
+// of them. WithHealth owns their status: to drain the server, call the
+// health server's Shutdown, which ignores later updates.
 //
 // h is usually the *health.Server registered on the same grpc.Server:
 //
@@ -82,8 +96,8 @@ func WithHealth(h HealthSetter, cfg admission.ServingConfig, services ...string)
 	} else if s, err = admission.NewServing(cfg); err != nil {
 		err = invalid("WithHealth: %v", err)
 	}
-	if len(services) == 0 {
-		services = []string{""}
+	if !slices.Contains(services, "") {
+		services = append([]string{""}, services...)
 	}
 	sh := &selfHealth{serving: s, h: h, services: services, after: afterFunc}
 	return setupOption("WithHealth", func(c *config) error {
@@ -135,21 +149,31 @@ func (sh *selfHealth) record(sc *stateCtx, err error, retryable uint64) {
 	if !served && sc.st.gaveUp.Load() {
 		return // passed up from further down
 	}
-	if sh.serving.Record(served) {
-		sh.publish()
+	if sh.serving.RecordFrom(sc.st.epoch, served) {
+		sh.publish(served)
 	}
+}
+
+// healthMethod reports whether method is one of the gRPC health service's.
+func healthMethod(method string) bool {
+	return strings.HasPrefix(method, "/"+healthpb.Health_ServiceDesc.ServiceName+"/")
 }
 
 // publish reports the current state to h, under mu so that reports made
 // concurrently land in order; the last one is always the current state.
-// A server that is not serving gets a timer for its trial.
-func (sh *selfHealth) publish() {
+// A server that is not serving gets a timer for its trial. changedTo is
+// the state the change that calls it made, for the event: each change
+// reports its own, even if another one followed it at once.
+func (sh *selfHealth) publish(changedTo bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	serving := sh.serving.Serving()
-	st, kind := healthpb.HealthCheckResponse_SERVING, EventServing
-	if !serving {
-		st, kind = healthpb.HealthCheckResponse_NOT_SERVING, EventNotServing
+	kind := EventServing
+	if !changedTo {
+		kind = EventNotServing
+	}
+	st := healthpb.HealthCheckResponse_SERVING
+	if !sh.serving.Serving() {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
 		sh.armLocked()
 	}
 	for _, svc := range sh.services {
@@ -167,7 +191,7 @@ func (sh *selfHealth) trial() {
 	sh.pending = false
 	sh.mu.Unlock()
 	if sh.serving.Trial() {
-		sh.publish()
+		sh.publish(true)
 		return
 	}
 	if !sh.serving.Serving() {

@@ -59,6 +59,7 @@ type healthRig struct {
 	thr    func() *adaptive.Throttle
 	events *recorder
 	clk    *clock.Fake // the Serving's
+	lis    *bufconn.Listener
 }
 
 func startHealthRig(t *testing.T, svc *stubService, cfg admission.ServingConfig) *healthRig {
@@ -75,6 +76,7 @@ func startHealthRig(t *testing.T, svc *stubService, cfg admission.ServingConfig)
 	r.srvI.server.health.serving = s
 	r.srvI.server.health.after = r.trials.after
 	lis := bufconn.Listen(1 << 20)
+	r.lis = lis
 	srv := grpc.NewServer(r.srvI.ServerOptions()...)
 	inner := svc.unary
 	svc.unary = func(n int, ctx context.Context) error {

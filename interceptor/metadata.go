@@ -63,6 +63,7 @@ type serverState struct {
 	info   Info
 	gaveUp atomic.Bool
 	shed   atomic.Bool // the call that gave up was refused by admission control
+	epoch  uint64      // WithHealth: the Serving's epoch when the request started
 }
 
 type stateKey struct{}

@@ -46,6 +46,9 @@ var dontRetry = metadata.Pairs(MetadataPushback, "-1")
 // begin returns the handler's context, carrying the request's Info.
 func (s *server) begin(ctx context.Context, method string) *stateCtx {
 	sc := &stateCtx{Context: ctx}
+	if s.health != nil {
+		sc.st.epoch = s.health.serving.Epoch()
+	}
 	if !s.untrusted {
 		var stacked bool
 		if sc.st.info, stacked = incomingInfo(ctx); stacked {
@@ -73,6 +76,9 @@ func (s *server) dontRetryNeeded(sc *stateCtx, method string, err error) bool {
 }
 
 func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	if healthMethod(info.FullMethod) {
+		return handler(ctx, req)
+	}
 	sc := s.begin(ctx, info.FullMethod)
 	a, err := s.admit(sc, info.FullMethod, nil)
 	if err != nil {
@@ -135,6 +141,9 @@ type serverStream struct {
 func (s *serverStream) Context() context.Context { return s.ctx }
 
 func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if healthMethod(info.FullMethod) {
+		return handler(srv, ss)
+	}
 	sc := s.begin(ss.Context(), info.FullMethod)
 	a, err := s.admit(sc, info.FullMethod, ss)
 	if err != nil {

@@ -1,0 +1,175 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/admission"
+	"github.com/stormguard/stormguard/internal/clock"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+)
+
+// Review of the health commits, finding 1: a probe (a kubelet gRPC probe,
+// grpc_health_probe) calling Health/Check over gRPC while the server is
+// not serving must not make it serving: before, the Check call counted
+// as a served answer.
+func TestHealthCheckCallDoesNotRevive(t *testing.T) {
+	var sick atomic.Bool
+	svc := &stubService{unary: func(int, context.Context) error {
+		if sick.Load() {
+			return errStubDown
+		}
+		return nil
+	}}
+	r := startHealthRig(t, svc, admission.ServingConfig{MinFailures: 4, Quiet: 3 * time.Millisecond, Trial: time.Hour})
+	if err := r.call(t); err != nil {
+		t.Fatal(err)
+	}
+	sick.Store(true)
+	for n := 0; r.status(t) == healthpb.HealthCheckResponse_SERVING; n++ {
+		if n == 10 {
+			t.Fatal("still SERVING after 10 failing calls")
+		}
+		_ = r.call(t)
+	}
+	probe, err := grpc.NewClient("passthrough:///payment",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return r.lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecureCreds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = probe.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(probe).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING || r.status(t) != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("after a Health/Check call: answered %v, now %v; want NOT_SERVING", resp.GetStatus(), r.status(t))
+	}
+}
+
+// Review finding 2: with admission control full as a client connects, its
+// health Watch stream must not be refused (grpc-go's health client would
+// take the SERVING server for not serving for a second).
+func TestAdmissionLetsHealthWatchThrough(t *testing.T) {
+	hs := health.NewServer()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	svc := &stubService{unary: func(int, context.Context) error {
+		started <- struct{}{}
+		<-release
+		return nil
+	}}
+	srvI := mustNew(t, WithAdmission(admission.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1}),
+		WithHealth(hs, admission.ServingConfig{}))
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer(srvI.ServerOptions()...)
+	testsvcv1.RegisterTestServiceServer(srv, svc)
+	healthpb.RegisterHealthServer(srv, hs)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(lis) }()
+	dialer := grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) })
+	busy, err := grpc.NewClient("passthrough:///payment", dialer, grpc.WithTransportCredentials(insecureCreds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient("passthrough:///payment", dialer, grpc.WithTransportCredentials(insecureCreds()),
+		grpc.WithDefaultServiceConfig(HealthServiceConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	busyDone := make(chan struct{})
+	t.Cleanup(func() { _ = cc.Close(); _ = busy.Close(); srv.Stop(); <-done })
+	go func() {
+		defer close(busyDone)
+		_, _ = testsvcv1.NewTestServiceClient(busy).Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
+	}()
+	<-started // the one slot is taken
+	cc.Connect()
+	s := cc.GetState()
+	for s != connectivity.Ready && s != connectivity.TransientFailure {
+		if !cc.WaitForStateChange(ctx, s) {
+			t.Fatal("no state change")
+		}
+		s = cc.GetState()
+	}
+	close(release)
+	<-busyDone
+	if s != connectivity.Ready {
+		t.Fatalf("channel to a SERVING server is %v: its health Watch was refused", s)
+	}
+}
+
+// Review finding 5: WithHealth always sets "" (what HealthServiceConfig
+// watches), also when given service names.
+func TestHealthAlwaysSetsWholeServer(t *testing.T) {
+	hs := health.NewServer()
+	i := mustNew(t, WithHealth(hs, admission.ServingConfig{}, "payment.v1.Payment"))
+	if got := i.server.health.services; len(got) != 2 || got[0] != "" || got[1] != "payment.v1.Payment" {
+		t.Fatalf("services %q, want [\"\" payment.v1.Payment]", got)
+	}
+	i.server.health.after = (&trials{}).after
+	i.server.health.publish(false) // as at a change to not serving
+	for _, svc := range []string{"", "payment.v1.Payment"} {
+		resp, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			// Serving() is still true: publish reports the current state.
+			t.Fatalf("%q: %v %v", svc, resp.GetStatus(), err)
+		}
+	}
+}
+
+// Review finding 7: an idle channel says nothing when a down target is
+// asked to admit a call: before, it counted as broken, and the next READY
+// (the channel reconnecting for a probe) revived a target that was alive
+// but failing, after every idle timeout.
+func TestAdaptiveIdleChannelDoesNotRevive(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	cfg, err := newConfig([]Option{WithAdaptive(set)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := set.Get("payment")
+	p, _ := th.Allow(false)
+	p.Done(adaptive.Accept)
+	clk.Advance(time.Second)
+	for !th.Down() { // failures behind a ready channel
+		p, err := th.Allow(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(adaptive.Overload)
+	}
+	conn := &fakeConn{state: connectivity.Idle}
+	admit := func() error {
+		c := &call{}
+		c.init(ctxTimeout(t, time.Minute), &cfg, "payment", "/svc/M")
+		c.conn = conn
+		err := c.admitAdaptive()
+		c.tp.Done(adaptive.Ignored)
+		return err
+	}
+	if err := admit(); !errors.Is(err, adaptive.ErrThrottled) {
+		t.Fatalf("idle channel: %v, want refused", err)
+	}
+	conn.state = connectivity.Ready
+	if err := admit(); !errors.Is(err, adaptive.ErrThrottled) || !th.Down() {
+		t.Fatalf("ready again after idle: %v, down %v; want refused, still down", err, th.Down())
+	}
+}
