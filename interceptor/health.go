@@ -72,6 +72,14 @@ type HealthSetter interface {
 // the caller left, and panics count for nothing; during a trial, neither
 // do the failures of requests that started before it.
 //
+// It judges the server as a whole, as the adaptive throttle judges a
+// target (without WithPerMethodKeys): a server whose busy method fails
+// alone (its own backend is down) while a quiet one still works goes
+// NOT_SERVING for both, and the quiet method is served only during
+// trials. Do not use WithHealth on a server whose methods depend on
+// different backends that fail apart; use WithPerMethodKeys on its
+// clients instead.
+//
 // Services are the health service names whose status WithHealth sets;
 // "" (the whole server, what HealthServiceConfig watches) is always one
 // of them. WithHealth owns their status: to drain the server, call the
