@@ -221,11 +221,10 @@ func TestAdaptiveSilentAtRandomFailures(t *testing.T) {
 
 type fakeConn struct{ state connectivity.State }
 
-func (f *fakeConn) GetState() connectivity.State { return f.state }
-
-// A channel that broke while the target was down and is ready again lets
-// the next call through without a probe.
-func TestAdaptiveRevivedByReadyChannel(t *testing.T) {
+// acceptedPayment returns a config with an adaptive set on a fake clock,
+// and the throttle of "payment" that accepted an attempt a second ago.
+func acceptedPayment(t *testing.T) (config, *adaptive.Throttle) {
+	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	set := newAdaptive(t, clk, nil)
 	cfg, err := newConfig([]Option{WithAdaptive(set)})
@@ -236,8 +235,17 @@ func TestAdaptiveRevivedByReadyChannel(t *testing.T) {
 	p, _ := th.Allow(false)
 	p.Done(adaptive.Accept)
 	clk.Advance(time.Second)
+	return cfg, th
+}
+
+func (f *fakeConn) GetState() connectivity.State { return f.state }
+
+// A channel that broke while the target was down and is ready again lets
+// the next call through without a probe.
+func TestAdaptiveRevivedByReadyChannel(t *testing.T) {
+	cfg, th := acceptedPayment(t)
 	th.Connectivity(false) // a dead process: one failure marks it down
-	p, _ = th.Allow(false)
+	p, _ := th.Allow(false)
 	p.Done(adaptive.Overload)
 	if !th.Down() {
 		t.Fatal("not down")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
@@ -58,27 +56,10 @@ func (s *stubService) Bidi(ss grpc.BidiStreamingServer[testsvcv1.BidiRequest, te
 // stormguard's interceptors with opts.
 func startStub(t *testing.T, svc *stubService, opts ...Option) testsvcv1.TestServiceClient {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	testsvcv1.RegisterTestServiceServer(srv, svc)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	dial := append([]grpc.DialOption{
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecureCreds()),
-	}, mustNew(t, append([]Option{noWait}, opts...)...).DialOptions()...)
-	cc, err := grpc.NewClient("passthrough:///stub", dial...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cc.Close()
-		srv.Stop()
-		<-done
-	})
+	lis := serveBufconn(t, srv)
+	cc := dialBufconn(t, lis, "stub", mustNew(t, append([]Option{noWait}, opts...)...).DialOptions()...)
 	return testsvcv1.NewTestServiceClient(cc)
 }
 

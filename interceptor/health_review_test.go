@@ -3,7 +3,6 @@ package interceptor
 import (
 	"context"
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,11 +11,9 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/admission"
-	"github.com/stormguard/stormguard/internal/clock"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
@@ -43,13 +40,7 @@ func TestHealthCheckCallDoesNotRevive(t *testing.T) {
 		}
 		_ = r.call(t)
 	}
-	probe, err := grpc.NewClient("passthrough:///payment",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return r.lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecureCreds()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = probe.Close() })
+	probe := dialBufconn(t, r.lis, "payment")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := healthpb.NewHealthClient(probe).Check(ctx, &healthpb.HealthCheckRequest{})
@@ -75,26 +66,15 @@ func TestAdmissionLetsHealthWatchThrough(t *testing.T) {
 	}}
 	srvI := mustNew(t, WithAdmission(admission.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1}),
 		WithHealth(hs, admission.ServingConfig{}))
-	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(srvI.ServerOptions()...)
 	testsvcv1.RegisterTestServiceServer(srv, svc)
 	healthpb.RegisterHealthServer(srv, hs)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	dialer := grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) })
-	busy, err := grpc.NewClient("passthrough:///payment", dialer, grpc.WithTransportCredentials(insecureCreds()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc, err := grpc.NewClient("passthrough:///payment", dialer, grpc.WithTransportCredentials(insecureCreds()),
-		grpc.WithDefaultServiceConfig(HealthServiceConfig))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lis := serveBufconn(t, srv)
+	busy := dialBufconn(t, lis, "payment")
+	cc := dialBufconn(t, lis, "payment", grpc.WithDefaultServiceConfig(HealthServiceConfig))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	busyDone := make(chan struct{})
-	t.Cleanup(func() { _ = cc.Close(); _ = busy.Close(); srv.Stop(); <-done })
 	go func() {
 		defer close(busyDone)
 		_, _ = testsvcv1.NewTestServiceClient(busy).Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
@@ -139,16 +119,7 @@ func TestHealthAlwaysSetsWholeServer(t *testing.T) {
 // (the channel reconnecting for a probe) revived a target that was alive
 // but failing, after every idle timeout.
 func TestAdaptiveIdleChannelDoesNotRevive(t *testing.T) {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	set := newAdaptive(t, clk, nil)
-	cfg, err := newConfig([]Option{WithAdaptive(set)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	th := set.Get("payment")
-	p, _ := th.Allow(false)
-	p.Done(adaptive.Accept)
-	clk.Advance(time.Second)
+	cfg, th := acceptedPayment(t)
 	for !th.Down() { // failures behind a ready channel
 		p, err := th.Allow(false)
 		if err != nil {

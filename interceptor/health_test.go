@@ -3,7 +3,6 @@ package interceptor
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,8 +74,6 @@ func startHealthRig(t *testing.T, svc *stubService, cfg admission.ServingConfig)
 	}
 	r.srvI.server.health.serving = s
 	r.srvI.server.health.after = r.trials.after
-	lis := bufconn.Listen(1 << 20)
-	r.lis = lis
 	srv := grpc.NewServer(r.srvI.ServerOptions()...)
 	inner := svc.unary
 	svc.unary = func(n int, ctx context.Context) error {
@@ -85,27 +82,11 @@ func startHealthRig(t *testing.T, svc *stubService, cfg admission.ServingConfig)
 	}
 	testsvcv1.RegisterTestServiceServer(srv, svc)
 	healthpb.RegisterHealthServer(srv, r.hs)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
+	r.lis = serveBufconn(t, srv)
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	set := newAdaptive(t, clk, nil)
-	dial := append([]grpc.DialOption{
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecureCreds()),
-		grpc.WithDefaultServiceConfig(HealthServiceConfig),
-	}, mustNew(t, noWait, WithAdaptive(set), WithMaxAttempts(2)).DialOptions()...)
-	cc, err := grpc.NewClient("passthrough:///payment", dial...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cc.Close()
-		srv.Stop()
-		<-done
-	})
+	cc := dialBufconn(t, r.lis, "payment", append(mustNew(t, noWait, WithAdaptive(set), WithMaxAttempts(2)).DialOptions(),
+		grpc.WithDefaultServiceConfig(HealthServiceConfig))...)
 	r.cc, r.cl = cc, testsvcv1.NewTestServiceClient(cc)
 	r.thr = func() *adaptive.Throttle { return set.Get("payment") }
 	return r

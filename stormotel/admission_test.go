@@ -20,13 +20,7 @@ import (
 // TestAdmission: the gauges follow the tracked limiter, and refusals are
 // counted by reason.
 func TestAdmission(t *testing.T) {
-	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	a, err := stormotel.NewAdmission(mp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, r := newAdmission(t)
 	i, err := interceptor.New(interceptor.WithAdmission(admission.Config{InitialLimit: 3, MinLimit: 3, MaxLimit: 3}), interceptor.WithObserver(a))
 	if err != nil {
 		t.Fatal(err)
@@ -69,13 +63,7 @@ func TestAdmission(t *testing.T) {
 // is tracked; its gauge follows its serving state and the counter its
 // NOT_SERVING changes.
 func TestAdmissionHealth(t *testing.T) {
-	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	a, err := stormotel.NewAdmission(mp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, r := newAdmission(t)
 	i, err := interceptor.New(interceptor.WithHealth(health.NewServer(), admission.ServingConfig{MinFailures: 1, Quiet: time.Nanosecond, Trial: time.Hour, TrialFailures: 1}))
 	if err != nil {
 		t.Fatal(err)
@@ -108,4 +96,17 @@ func TestAdmissionHealth(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newAdmission returns Admission instruments on a manual reader.
+func newAdmission(t *testing.T) (*stormotel.Admission, *sdkmetric.ManualReader) {
+	t.Helper()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	a, err := stormotel.NewAdmission(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, r
 }
