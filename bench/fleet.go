@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health" // also registers the client-side health checker
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -71,6 +72,9 @@ type Fleet struct {
 	// Downs is how many times payment said NOT_SERVING during the load;
 	// DownsAfterBack how many of them after payment was back.
 	Downs, DownsAfterBack int64
+	// Retries is how many of payment's calls while down were retries;
+	// WhileNotServing how many arrived while it said NOT_SERVING.
+	Retries, WhileNotServing int64
 	// Attempts is, per replica, the calls one at a time after the load
 	// (each after its channel is ready, at most fleetCheckAttempts) until
 	// the first success; 0 when none succeeded.
@@ -127,9 +131,15 @@ type payment struct {
 	fine  time.Duration
 	calls []atomic.Int64
 	total atomic.Int64
+
+	serving *admission.Serving // payment's own, set before it serves
+	// Of the calls while down: retries (x-retry-attempt set),
+	// and calls that arrived while payment said NOT_SERVING (sent by a
+	// client not yet told, or not watching).
+	retries, unwatched atomic.Int64
 }
 
-func (p *payment) Unary(context.Context, *testsvcv1.UnaryRequest) (*testsvcv1.UnaryResponse, error) {
+func (p *payment) Unary(ctx context.Context, _ *testsvcv1.UnaryRequest) (*testsvcv1.UnaryResponse, error) {
 	p.total.Add(1)
 	if s := p.start.Load(); s != 0 {
 		if i := int(time.Duration(time.Now().UnixNano()-s) / p.fine); i >= 0 && i < len(p.calls) {
@@ -137,6 +147,12 @@ func (p *payment) Unary(context.Context, *testsvcv1.UnaryRequest) (*testsvcv1.Un
 		}
 	}
 	if p.down.Load() {
+		if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(interceptor.MetadataAttempt)) > 0 {
+			p.retries.Add(1)
+		}
+		if p.serving != nil && !p.serving.Serving() {
+			p.unwatched.Add(1)
+		}
 		return nil, status.Error(codes.Unavailable, "payment: its database is down")
 	}
 	return &testsvcv1.UnaryResponse{}, nil
@@ -163,6 +179,7 @@ func RunFleet(fp FleetParams) (Fleet, error) {
 	}
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(srvI.ServerOptions()...)
+	pay.serving = srvI.Serving()
 	testsvcv1.RegisterTestServiceServer(srv, pay)
 	healthpb.RegisterHealthServer(srv, hs)
 	served := make(chan struct{})
@@ -222,6 +239,7 @@ func RunFleet(fp FleetParams) (Fleet, error) {
 	})
 	res.Downs = serving.Downs() - downs0
 	res.DownsAfterBack = serving.Downs() - downsAtEnd
+	res.Retries, res.WhileNotServing = pay.retries.Load(), pay.unwatched.Load()
 	res.Payment = make([]int64, len(pay.calls))
 	for i := range pay.calls {
 		res.Payment[i] = pay.calls[i].Load()
