@@ -75,6 +75,8 @@ type Fleet struct {
 	// Retries is how many of payment's calls while down were retries;
 	// WhileNotServing how many arrived while it said NOT_SERVING.
 	Retries, WhileNotServing int64
+	// Changes are payment's health reports during the load, in order.
+	Changes []HealthChange
 	// Attempts is, per replica, the calls one at a time after the load
 	// (each after its channel is ready, at most fleetCheckAttempts) until
 	// the first success; 0 when none succeeded.
@@ -117,6 +119,48 @@ func (f Fleet) Floor() float64 {
 // ok is false when the load ended before that.
 func (f Fleet) Recovery() (time.Duration, bool) {
 	return f.Samples.Recovery(f.End, f.End+f.Params.After, f.Params.Fine)
+}
+
+// HealthChange is one report of payment's health: at, since the start of
+// the load, it said SERVING or NOT_SERVING.
+type HealthChange struct {
+	At      time.Duration
+	Serving bool
+}
+
+// healthLog records payment's health reports (an interceptor.Observer).
+type healthLog struct {
+	start atomic.Int64 // unix ns of the load's start; 0 before
+	mu    sync.Mutex
+	log   []HealthChange
+}
+
+func (l *healthLog) Observe(_ context.Context, e interceptor.Event) {
+	s := l.start.Load()
+	if s == 0 || (e.Kind != interceptor.EventServing && e.Kind != interceptor.EventNotServing) {
+		return
+	}
+	at := time.Duration(time.Now().UnixNano() - s)
+	l.mu.Lock()
+	l.log = append(l.log, HealthChange{At: at, Serving: e.Kind == interceptor.EventServing})
+	l.mu.Unlock()
+}
+
+// Trials returns the trials that ended during the outage and their mean
+// length, from a SERVING report to the next NOT_SERVING.
+func (f Fleet) Trials() (n int, mean time.Duration) {
+	var sum time.Duration
+	for i := 1; i < len(f.Changes); i++ {
+		a, b := f.Changes[i-1], f.Changes[i]
+		if a.Serving && !b.Serving && a.At >= f.Begin && b.At < f.End {
+			n++
+			sum += b.At - a.At
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return n, sum / time.Duration(n)
 }
 
 // fleetCheckAttempts bounds the calls of each replica after the load.
@@ -173,7 +217,8 @@ func RunFleet(fp FleetParams) (Fleet, error) {
 	total := fp.Healthy + fp.For + fp.After
 	pay := &payment{fine: fp.Fine, calls: make([]atomic.Int64, int(total/fp.Fine)+int(fp.Deadline/fp.Fine)+2)}
 	hs := health.NewServer()
-	srvI, err := interceptor.New(append(interceptor.Recommended(), interceptor.WithHealth(hs, admission.ServingConfig{}))...)
+	hl := &healthLog{}
+	srvI, err := interceptor.New(append(interceptor.Recommended(), interceptor.WithHealth(hs, admission.ServingConfig{}), interceptor.WithObserver(hl))...)
 	if err != nil {
 		return Fleet{}, err
 	}
@@ -233,12 +278,15 @@ func RunFleet(fp FleetParams) (Fleet, error) {
 	serving := srvI.Serving()
 	downs0 := serving.Downs()
 	var downsAtEnd int64
-	res.Samples = fleetLoad(reps, fp, pay, total, []loadgen.Step{
+	res.Samples = fleetLoad(reps, fp, pay, hl, total, []loadgen.Step{
 		{At: res.Begin, Do: func() { pay.down.Store(true) }},
 		{At: res.End, Do: func() { pay.down.Store(false); downsAtEnd = serving.Downs() }},
 	})
 	res.Downs = serving.Downs() - downs0
 	res.DownsAfterBack = serving.Downs() - downsAtEnd
+	hl.mu.Lock()
+	res.Changes = append([]HealthChange(nil), hl.log...)
+	hl.mu.Unlock()
 	res.Retries, res.WhileNotServing = pay.retries.Load(), pay.unwatched.Load()
 	res.Payment = make([]int64, len(pay.calls))
 	for i := range pay.calls {
@@ -254,7 +302,7 @@ func RunFleet(fp FleetParams) (Fleet, error) {
 // fleetLoad sends the open-loop load, each request to a replica drawn at
 // random (seeded), and takes the steps; it returns when every request
 // has ended.
-func fleetLoad(reps []replica, fp FleetParams, pay *payment, total time.Duration, steps []loadgen.Step) Samples {
+func fleetLoad(reps []replica, fp FleetParams, pay *payment, hl *healthLog, total time.Duration, steps []loadgen.Step) Samples {
 	rng := rand.New(rand.NewPCG(fp.Seed, uint64(len(reps))))
 	interval := time.Second / time.Duration(fp.Rate)
 	var (
@@ -264,6 +312,7 @@ func fleetLoad(reps []replica, fp FleetParams, pay *payment, total time.Duration
 	)
 	start := time.Now()
 	pay.start.Store(start.UnixNano())
+	hl.start.Store(start.UnixNano())
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	sent, step := 0, 0

@@ -30,7 +30,7 @@ func runFleet(w io.Writer, seed uint64) error {
 	fp.Seed = seed
 	var runs []bench.Fleet
 	t := newTable("mode", "replicas", "user requests in the outage", "calls at payment", "per request", "floor (replicas / requests)",
-		"success in the outage", "user p50 / p99 in the outage", "success after", "time to 99 % (50 ms slices)", "NOT_SERVING (after back)", "of the calls: retries / while NOT_SERVING", "replicas served at once after the load")
+		"success in the outage", "user p50 / p99 in the outage", "success after", "time to 99 % (50 ms slices)", "NOT_SERVING (after back)", "trials failed: mean length", "of the calls: retries / while NOT_SERVING", "replicas served at once after the load")
 	for _, h := range []bool{false, true} {
 		for _, n := range ns {
 			p := fp
@@ -55,7 +55,7 @@ func runFleet(w io.Writer, seed uint64) error {
 			t.row(mode(h), n, reqs, calls, f3(r.PerRequest(r.Begin, r.End)), fmt.Sprintf("%.4f", r.Floor()),
 				pct(r.Samples.Between(r.Begin, r.End).Success()),
 				ms(r.Samples.Between(r.Begin, r.End).Percentile(0.5))+" / "+ms(r.Samples.Between(r.Begin, r.End).Percentile(0.99)), pct(r.Samples.Between(r.End, r.End+p.After).Success()),
-				back, fmt.Sprintf("%d (%d)", r.Downs, r.DownsAfterBack), fmt.Sprintf("%d / %d", r.Retries, r.WhileNotServing), fmt.Sprintf("%d / %d", atOnce, n))
+				back, fmt.Sprintf("%d (%d)", r.Downs, r.DownsAfterBack), trials(r), fmt.Sprintf("%d / %d", r.Retries, r.WhileNotServing), fmt.Sprintf("%d / %d", atOnce, n))
 		}
 	}
 	fmt.Fprintf(w, "### Fleet over gRPC: N replicas of order (each its own connection and interceptor.Recommended), %d req/s open-loop in all, each to a random replica, deadline %v; payment (WithHealth) refuses every call with UNAVAILABLE from %v for %v, connections ready\n\n",
@@ -86,6 +86,12 @@ func runFleet(w io.Writer, seed uint64) error {
 	fmt.Fprintf(w, "Slice by slice (250 ms; 50 ms from 0.1 s before to 0.5 s after each change): success of the user requests that started in the slice / calls at payment in the slice per user request.\n\n")
 	st.write(w)
 	return nil
+}
+
+// trials shows the failed trials of the outage and their mean length.
+func trials(r bench.Fleet) string {
+	n, mean := r.Trials()
+	return fmt.Sprintf("%d: %s", n, ms(mean))
 }
 
 func mode(health bool) string {
