@@ -60,3 +60,40 @@ func TestFleetHealth(t *testing.T) {
 		t.Errorf("calls at payment in the outage: %d with health, %d without; want at most half", calls[1], calls[0])
 	}
 }
+
+// TestFleetArithmetic checks the summaries of a fleet run on made-up
+// counts.
+func TestFleetArithmetic(t *testing.T) {
+	ms := time.Millisecond
+	f := Fleet{
+		Params:  FleetParams{Replicas: 10, Fine: 50 * ms},
+		Begin:   100 * ms,
+		End:     200 * ms,
+		Payment: []int64{5, 5, 3, 1, 7},
+		Samples: Samples{{Start: 10 * ms}, {Start: 120 * ms}, {Start: 150 * ms}, {Start: 160 * ms}, {Start: 199 * ms}, {Start: 200 * ms}},
+		Changes: []HealthChange{
+			{At: 90 * ms, Serving: false},  // before the outage: no trial
+			{At: 110 * ms, Serving: true},  // a trial of 20 ms
+			{At: 130 * ms, Serving: false}, //
+			{At: 150 * ms, Serving: true},  // a trial of 40 ms
+			{At: 190 * ms, Serving: false}, //
+			{At: 195 * ms, Serving: true},  // not ended in the outage
+			{At: 210 * ms, Serving: false},
+		},
+	}
+	if c, r := f.Calls(f.Begin, f.End); c != 4 || r != 4 {
+		t.Errorf("Calls = %d, %d; want 4 calls (slices at 100 and 150 ms), 4 requests", c, r)
+	}
+	if got := f.PerRequest(f.Begin, f.End); got != 1 {
+		t.Errorf("PerRequest = %v, want 1", got)
+	}
+	if got := f.Floor(); got != 2.5 {
+		t.Errorf("Floor = %v, want 10 replicas / 4 requests", got)
+	}
+	if n, mean := f.Trials(); n != 2 || mean != 30*ms {
+		t.Errorf("Trials = %d, %v; want 2 of 30ms on average", n, mean)
+	}
+	if got := (Fleet{Params: f.Params}).Floor(); got != 0 {
+		t.Errorf("Floor without requests = %v, want 0", got)
+	}
+}
