@@ -437,9 +437,10 @@ func TestConnectivity(t *testing.T) {
 	if th.Down() {
 		t.Fatal("not revived when the connection came back")
 	}
-	// A connection that stays ready says nothing, and the next outage
-	// has no memory of the last broken state: it takes downRun failures
-	// in a row to mark the target down.
+	// A connection that stays ready says nothing, and the next outage,
+	// after the target accepted again, has no memory of the last broken
+	// state: it takes downRun failures in a row to mark the target down.
+	attempt(th, false, Accept)
 	clk.Advance(time.Second)
 	for i := range downRun {
 		if th.Down() {
@@ -470,5 +471,46 @@ func TestColdStartNeedsThreeFailures(t *testing.T) {
 	}
 	if !th.Down() {
 		t.Fatal("not down after three failures over a second from a cold start")
+	}
+}
+
+// Revived by its connection (a server back on trial only, or back), the
+// target is on probation until an accept: its first overload failure
+// marks it down again at once, with no retry, and the connection's next
+// READY revives it again; an accept ends the probation.
+func TestProbationAfterConnectivityRevival(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false)
+	attempt(th, false, Overload)
+	th.Connectivity(true)
+	if th.Down() {
+		t.Fatal("not revived by the connection")
+	}
+	clk.Advance(ms)
+	attempt(th, false, Overload) // the trial failed
+	if !th.Down() || th.RetryAllowed() {
+		t.Fatal("a failure on probation did not mark the target down, or a retry is allowed")
+	}
+	th.Connectivity(true) // the next trial
+	if th.Down() {
+		t.Fatal("not revived by the connection after a failure on probation")
+	}
+	attempt(th, false, Accept) // served: probation over
+	clk.Advance(ms)
+	attempt(th, false, Overload)
+	if th.Down() || !th.RetryAllowed() {
+		t.Fatal("down, or retry refused, at a lone failure after an accept")
+	}
+	// Revive (an answer carrying the server's state) is not probation.
+	for !th.Down() {
+		clk.Advance(10 * ms)
+		attempt(th, false, Overload)
+	}
+	th.Revive()
+	attempt(th, false, Overload)
+	if th.Down() {
+		t.Fatal("Revive put the target on probation")
 	}
 }
