@@ -65,3 +65,40 @@ func BenchmarkWaitRelease(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkServingServed is the health tracker on a healthy server: every
+// answer served (Epoch when the request starts, RecordFrom when it ends),
+// from parallel goroutines: two atomic loads, no lock, no clock.
+func BenchmarkServingServed(b *testing.B) {
+	s, err := NewServing(ServingConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			s.RecordFrom(s.Epoch(), true)
+		}
+	})
+}
+
+// BenchmarkServingRandomFailures: one answer in ten fails at random, so
+// a tenth of the answers and the served one after each take the lock and
+// read the clock.
+func BenchmarkServingRandomFailures(b *testing.B) {
+	s, err := NewServing(ServingConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			s.RecordFrom(s.Epoch(), i%10 != 0)
+		}
+	})
+	if s.Downs() != 0 {
+		b.Fatalf("Downs = %d at 10 %% failures", s.Downs())
+	}
+}
