@@ -135,7 +135,7 @@ type Throttle struct {
 	// probation: revived by the connection coming back, with no accept
 	// since; the first overload failure marks the target down again.
 	probation bool
-	stats      Stats
+	stats     Stats
 }
 
 // Stats are a Throttle's counters since it was created, and its state.
