@@ -164,10 +164,11 @@ func (sh *selfHealth) record(sc *stateCtx, err error, retryable uint64) {
 	}
 }
 
+// healthPrefix begins the full method names of the gRPC health service.
+var healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
+
 // healthMethod reports whether method is one of the gRPC health service's.
-func healthMethod(method string) bool {
-	return strings.HasPrefix(method, "/"+healthpb.Health_ServiceDesc.ServiceName+"/")
-}
+func healthMethod(method string) bool { return strings.HasPrefix(method, healthPrefix) }
 
 // publish reports the current state to h, under mu so that reports made
 // concurrently land in order; the last one is always the current state.
