@@ -132,10 +132,7 @@ type Throttle struct {
 	nextProbe  int64
 	p          float64 // the last shedding probability computed
 	broken     bool    // the connection was seen not ready, and not ready since
-	// probation: revived by the connection coming back, with no accept
-	// since; the first overload failure marks the target down again.
-	probation bool
-	stats     Stats
+	stats      Stats
 }
 
 // Stats are a Throttle's counters since it was created, and its state.
@@ -345,7 +342,6 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 	switch o {
 	case Accept:
 		t.accepted, t.lastAccept, t.run = true, el, 0
-		t.probation = false
 		t.fresh++
 		// An answer came through: the connection works, whatever was
 		// last reported of it (a caller may report it only on failures).
@@ -377,17 +373,11 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 		// coming back revives the target (Connectivity). Waiting
 		// DownAfter would only fill the window with failures that shed
 		// the traffic after that revival.
-		if t.probation || (el-since >= int64(t.cfg.DownAfter) || t.broken && t.accepted) && t.enoughEvidence() {
+		if (el-since >= int64(t.cfg.DownAfter) || t.broken && t.accepted) && t.enoughEvidence() {
 			t.down = true
 			t.gen++
 			t.credit, t.probes = 0, 0
 			t.early = t.accepted && !t.broken
-			if t.probation {
-				// Down again at once: the connection's next READY (the
-				// server's next trial, or its return) revives it again,
-				// as it did this time.
-				t.broken, t.probation = true, false
-			}
 			t.nextProbe = el + t.probeGap(u)
 			t.stats.Downs++
 			changed = true
@@ -407,7 +397,7 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 
 // setUp ends the down state with an empty window. t.mu is held.
 func (t *Throttle) setUp() {
-	t.down, t.broken, t.probation = false, false, false
+	t.down, t.broken = false, false
 	t.gen++
 	t.run = 0
 	t.p = 0
@@ -419,21 +409,13 @@ func (t *Throttle) setUp() {
 // Revive ends the down state at once, for a signal that the target is
 // back without a probe: its connection became ready again, or an answer
 // from it carried its state. It does nothing to a target that is up.
-func (t *Throttle) Revive() { t.revive(false) }
-
-// revive is Revive; probation marks the target down again at its first
-// overload failure, until an accept (revived by its connection: the
-// server may be back on trial only, and a failed trial must cost a
-// client one call, not a retry and a run of failures), and lets the
-// connection's next READY revive it again.
-func (t *Throttle) revive(probation bool) {
+func (t *Throttle) Revive() {
 	el := t.elapsed()
 	t.mu.Lock()
 	changed := t.down
 	if changed {
 		t.setUp()
 		t.accepted, t.lastAccept = true, el
-		t.probation = probation
 		t.publish(el)
 	}
 	t.mu.Unlock()
@@ -464,7 +446,7 @@ func (t *Throttle) Connectivity(ready bool) {
 		t.broken = false
 	case t.broken:
 		t.mu.Unlock()
-		t.revive(true)
+		t.Revive()
 		return
 	}
 	t.mu.Unlock()

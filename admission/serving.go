@@ -9,11 +9,17 @@ import (
 	"github.com/stormguard/stormguard/internal/clock"
 )
 
-// quietRuns is how many mean failure runs (of those that ended with
-// something served) a run must last to count: runs of random failures
-// are about geometric, so one of 16 times the mean comes about once in
-// e^16 (9e6) runs.
-const quietRuns = 16
+// longRuns is how many times the mean failure run (of those that ended
+// with something served) a run must hold to count: runs of random
+// failures are about geometric, so one of 16 times the mean comes about
+// once in e^16 (9e6) runs. The need is counted in failures, not time, so
+// that it means the same at every request rate, and is capped at
+// maxRunFactor x MinFailures, so that no history can hide a real outage
+// for long.
+const (
+	longRuns     = 16
+	maxRunFactor = 4
+)
 
 // Defaults for the zero fields of [ServingConfig].
 const (
@@ -34,9 +40,7 @@ type ServingConfig struct {
 	// server that fails everything at 1 000 requests/s has 20 in 20 ms.
 	MinFailures int
 
-	// Quiet is how long the run must last with nothing served, at least:
-	// a server that served between shorter runs of failures waits 16
-	// times their mean length (see Serving). Zero means DefaultQuiet
+	// Quiet is how long the run must last with nothing served. Zero means DefaultQuiet
 	// (50 ms): a server at a fifth of its capacity and 1 000 requests/s
 	// serves something every few milliseconds.
 	Quiet time.Duration
@@ -105,10 +109,11 @@ func (c ServingConfig) normalize() (ServingConfig, error) {
 // first say nothing of this server, the second come from a server that is
 // alive and overloaded. A run of MinFailures own failures, with nothing
 // served for Quiet, makes the server not serving; at a partial loss, where
-// failure runs end with something served, the run must also last 16 times
-// the mean length of the recent runs that ended so, so that a server that
-// serves one request in five at 50 requests/s is not taken for dead (it
-// is when it then serves nothing for about 1.3 s). Its clients, which see its
+// failure runs end with something served, the run must also hold 16 times
+// as many failures as the recent runs that ended so, on average (at most
+// 4 x MinFailures), so that a server that serves one request in five is
+// not taken for dead at any rate (it is when it then serves nothing for
+// 64 requests). Its clients, which see its
 // health, stop sending it requests; after Trial it serves again on trial,
 // and TrialFailures failures in a row, of requests that started during
 // the trial, end it. Anything served makes it serving at once.
@@ -137,9 +142,9 @@ type Serving struct {
 	runStart time.Duration
 	downAt   time.Duration
 	downs    int64
-	// meanRun is the mean length (a moving average, weight 1/16) of the
-	// runs of failures that ended with something served.
-	meanRun time.Duration
+	// meanRun is the mean number of failures (a moving average, weight
+	// 1/16) of the runs of failures that ended with something served.
+	meanRun float64
 }
 
 // NewServing returns a tracker for a server that is serving, or an error
@@ -180,7 +185,7 @@ func (s *Serving) RecordFrom(epoch uint64, served bool) (changed bool) {
 	defer s.mu.Unlock()
 	if served {
 		if s.run > 0 && !s.trial {
-			s.meanRun += (now - s.runStart - s.meanRun) / 16
+			s.meanRun += (float64(s.run) - s.meanRun) / 16
 		}
 		s.run, s.trial = 0, false
 		changed = !s.serving
@@ -200,7 +205,8 @@ func (s *Serving) RecordFrom(epoch uint64, served bool) (changed bool) {
 		s.runStart = now
 	}
 	s.run++
-	need, quiet := s.cfg.MinFailures, max(s.cfg.Quiet, quietRuns*s.meanRun)
+	need := min(max(s.cfg.MinFailures, int(longRuns*s.meanRun)), maxRunFactor*s.cfg.MinFailures)
+	quiet := s.cfg.Quiet
 	if s.trial {
 		need, quiet = s.cfg.TrialFailures, 0
 	}

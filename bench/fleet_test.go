@@ -7,11 +7,13 @@ import (
 
 // TestFleetHealth runs the fleet scenario over gRPC with 50 replicas,
 // without and with client-side health checking, and checks issue 13's
-// property with wide margins: with health, payment gets at most half the
-// calls during its outage that it gets without, and after payment is
-// back every replica's first call (once its channel is ready) succeeds,
-// with no trial failed after the return. Only counts are asserted, never
-// times.
+// property: with health, payment gets fewer calls during its outage than
+// without (about a fifth on an idle machine; how many depends on how fast
+// its health reaches the 50 channels, so only the order is asserted: the
+// second review saw the ratio reach 0.6 under CPU load), payment said
+// NOT_SERVING, and after payment is back every replica's first call
+// (once its channel is ready) succeeds, with no trial failed after the
+// return. Only counts are asserted, never times.
 func TestFleetHealth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two fleets for 4 s each")
@@ -56,8 +58,8 @@ func TestFleetHealth(t *testing.T) {
 			}
 		}
 	}
-	if calls[0] == 0 || calls[1]*2 > calls[0] {
-		t.Errorf("calls at payment in the outage: %d with health, %d without; want at most half", calls[1], calls[0])
+	if calls[0] == 0 || calls[1] >= calls[0] {
+		t.Errorf("calls at payment in the outage: %d with health, %d without; want fewer", calls[1], calls[0])
 	}
 }
 

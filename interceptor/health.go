@@ -39,7 +39,8 @@ type HealthSetter interface {
 // WithHealth reports, through h, whether this server can serve at all,
 // judged from its own answers (see admission.Serving): NOT_SERVING after a
 // run of its own transient failures (by default 20 in a row, with nothing
-// served for 50 ms), SERVING again on trial after cfg.Trial (200 ms), and
+// served for 50 ms; more after a partial loss, see admission.Serving),
+// SERVING again on trial after cfg.Trial (200 ms), and
 // SERVING at once when anything is served. Server side. Services are the
 // health service names set (none: "", the whole server).
 //
