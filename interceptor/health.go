@@ -57,7 +57,7 @@ type HealthSetter interface {
 // costs cfg.TrialFailures calls plus the clients' traffic while its two
 // changes of state reach every client (a few milliseconds for tens of
 // clients; 25-50 ms for 1 000 watch streams on two shared cores, where
-// it came to 0.16 calls per request, BENCHMARKS.md). With several backends
+// it came to 0.16-0.24 calls per request, BENCHMARKS.md). With several backends
 // behind one target the balancer sends nothing to the backend that is not
 // serving and the others carry the load.
 //
