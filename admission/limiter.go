@@ -171,24 +171,22 @@ type Config struct {
 func (c *Config) resolve() error {
 	switch {
 	case c.MinLimit < 0:
-		return fmt.Errorf("%w: MinLimit %d is negative", ErrInvalidConfig, c.MinLimit)
+		return invalidf("MinLimit %d is negative", c.MinLimit)
 	case c.MaxLimit < 0:
-		return fmt.Errorf("%w: MaxLimit %d is negative", ErrInvalidConfig, c.MaxLimit)
+		return invalidf("MaxLimit %d is negative", c.MaxLimit)
 	case c.InitialLimit < 0:
-		return fmt.Errorf("%w: InitialLimit %d is negative", ErrInvalidConfig, c.InitialLimit)
+		return invalidf("InitialLimit %d is negative", c.InitialLimit)
 	case math.IsNaN(c.Tolerance) || c.Tolerance != 0 && (c.Tolerance < 1 || c.Tolerance > MaxTolerance):
-		return fmt.Errorf("%w: Tolerance %v out of range [1, %v]", ErrInvalidConfig, c.Tolerance, MaxTolerance)
+		return invalidf("Tolerance %v out of range [1, %v]", c.Tolerance, MaxTolerance)
 	case c.Window != 0 && (c.Window < MinWindow || c.Window > MaxWindow):
-		return fmt.Errorf("%w: Window %v out of range [%v, %v]", ErrInvalidConfig, c.Window, MinWindow, MaxWindow)
+		return invalidf("Window %v out of range [%v, %v]", c.Window, MinWindow, MaxWindow)
 	case math.IsNaN(c.RetryShare) || c.RetryShare < 0 || c.RetryShare > 1:
-		return fmt.Errorf("%w: RetryShare %v out of range (0, 1]", ErrInvalidConfig, c.RetryShare)
+		return invalidf("RetryShare %v out of range (0, 1]", c.RetryShare)
 	}
 	if err := c.resolveQueue(); err != nil {
 		return err
 	}
-	if c.MinLimit == 0 {
-		c.MinLimit = DefaultMinLimit
-	}
+	orDefault(&c.MinLimit, DefaultMinLimit)
 	if c.MaxLimit == 0 {
 		c.MaxLimit = max(DefaultMaxLimit, c.MinLimit)
 	}
@@ -197,19 +195,13 @@ func (c *Config) resolve() error {
 	}
 	switch {
 	case c.MaxLimit < c.MinLimit:
-		return fmt.Errorf("%w: MaxLimit %d below MinLimit %d", ErrInvalidConfig, c.MaxLimit, c.MinLimit)
+		return invalidf("MaxLimit %d below MinLimit %d", c.MaxLimit, c.MinLimit)
 	case c.InitialLimit < c.MinLimit || c.InitialLimit > c.MaxLimit:
-		return fmt.Errorf("%w: InitialLimit %d out of range [%d, %d]", ErrInvalidConfig, c.InitialLimit, c.MinLimit, c.MaxLimit)
+		return invalidf("InitialLimit %d out of range [%d, %d]", c.InitialLimit, c.MinLimit, c.MaxLimit)
 	}
-	if c.Tolerance == 0 {
-		c.Tolerance = DefaultTolerance
-	}
-	if c.Window == 0 {
-		c.Window = DefaultWindow
-	}
-	if c.RetryShare == 0 {
-		c.RetryShare = DefaultRetryShare
-	}
+	orDefault(&c.Tolerance, DefaultTolerance)
+	orDefault(&c.Window, DefaultWindow)
+	orDefault(&c.RetryShare, DefaultRetryShare)
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}

@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -60,20 +59,18 @@ func (l *Limiter) Queue() int {
 func (c *Config) resolveQueue() error {
 	switch {
 	case c.QueueSize < 0:
-		return fmt.Errorf("%w: QueueSize %d is negative", ErrInvalidConfig, c.QueueSize)
+		return invalidf("QueueSize %d is negative", c.QueueSize)
 	case c.QueueTimeout < 0:
-		return fmt.Errorf("%w: QueueTimeout %v is negative", ErrInvalidConfig, c.QueueTimeout)
+		return invalidf("QueueTimeout %v is negative", c.QueueTimeout)
 	case c.QueueTarget < 0:
-		return fmt.Errorf("%w: QueueTarget %v is negative", ErrInvalidConfig, c.QueueTarget)
+		return invalidf("QueueTarget %v is negative", c.QueueTarget)
 	}
-	if c.QueueTimeout == 0 {
-		c.QueueTimeout = DefaultQueueTimeout
-	}
+	orDefault(&c.QueueTimeout, DefaultQueueTimeout)
 	if c.QueueTarget == 0 {
 		c.QueueTarget = min(DefaultQueueTarget, c.QueueTimeout)
 	}
 	if c.QueueTarget > c.QueueTimeout {
-		return fmt.Errorf("%w: QueueTarget %v above QueueTimeout %v", ErrInvalidConfig, c.QueueTarget, c.QueueTimeout)
+		return invalidf("QueueTarget %v above QueueTimeout %v", c.QueueTarget, c.QueueTimeout)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,20 +64,12 @@ type ServingConfig struct {
 
 func (c ServingConfig) normalize() (ServingConfig, error) {
 	bad := func(format string, args ...any) (ServingConfig, error) {
-		return ServingConfig{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+		return ServingConfig{}, invalidf(format, args...)
 	}
-	if c.MinFailures == 0 {
-		c.MinFailures = DefaultMinFailures
-	}
-	if c.Quiet == 0 {
-		c.Quiet = DefaultQuiet
-	}
-	if c.Trial == 0 {
-		c.Trial = DefaultTrial
-	}
-	if c.TrialFailures == 0 {
-		c.TrialFailures = DefaultTrialFailures
-	}
+	orDefault(&c.MinFailures, DefaultMinFailures)
+	orDefault(&c.Quiet, DefaultQuiet)
+	orDefault(&c.Trial, DefaultTrial)
+	orDefault(&c.TrialFailures, DefaultTrialFailures)
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}

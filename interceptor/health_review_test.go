@@ -3,7 +3,6 @@ package interceptor
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,13 +21,7 @@ import (
 // not serving must not make it serving: before, the Check call counted
 // as a served answer.
 func TestHealthCheckCallDoesNotRevive(t *testing.T) {
-	var sick atomic.Bool
-	svc := &stubService{unary: func(int, context.Context) error {
-		if sick.Load() {
-			return errStubDown
-		}
-		return nil
-	}}
+	svc, sick := sickableStub()
 	r := startHealthRig(t, svc, admission.ServingConfig{MinFailures: 4, Quiet: 3 * time.Millisecond, Trial: time.Hour})
 	if err := r.call(t); err != nil {
 		t.Fatal(err)

@@ -61,6 +61,18 @@ type healthRig struct {
 	lis    *bufconn.Listener
 }
 
+// sickableStub returns a stub payment that answers UNAVAILABLE on its own
+// while sick is set.
+func sickableStub() (*stubService, *atomic.Bool) {
+	sick := &atomic.Bool{}
+	return &stubService{unary: func(int, context.Context) error {
+		if sick.Load() {
+			return errStubDown
+		}
+		return nil
+	}}, sick
+}
+
 func startHealthRig(t *testing.T, svc *stubService, cfg admission.ServingConfig) *healthRig {
 	t.Helper()
 	r := &healthRig{svc: svc, hs: health.NewServer(), trials: &trials{}, events: &recorder{}}
@@ -126,13 +138,7 @@ func (r *healthRig) status(t *testing.T) healthpb.HealthCheckResponse_ServingSta
 // throttle is down; a trial that is served makes it SERVING, the channel
 // READY and the throttle up, with no probe.
 func TestHealthOverGRPC(t *testing.T) {
-	var sick atomic.Bool
-	svc := &stubService{unary: func(int, context.Context) error {
-		if sick.Load() {
-			return errStubDown
-		}
-		return nil
-	}}
+	svc, sick := sickableStub()
 	r := startHealthRig(t, svc, admission.ServingConfig{MinFailures: 4, Quiet: 3 * time.Millisecond, Trial: 100 * time.Millisecond})
 	if err := r.call(t); err != nil {
 		t.Fatalf("healthy call: %v", err)
