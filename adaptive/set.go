@@ -2,9 +2,8 @@ package adaptive
 
 import (
 	"fmt"
-	"sync"
-	"sync/atomic"
 
+	"github.com/stormguard/stormguard/internal/keyed"
 	"github.com/stormguard/stormguard/internal/listeners"
 )
 
@@ -16,15 +15,18 @@ const DefaultMaxKeys = 1024
 // use from one Config with the key as Name. It is safe for concurrent use;
 // Get for an existing key takes no lock.
 //
-// A Set holds at most maxKeys throttles; once full, Get returns nil for a
-// new key, and the caller goes unprotected for that key rather than
-// growing without bound on keys an attacker may choose.
+// A Set holds at most maxKeys throttles. When it is full, Get for a new
+// key evicts one throttle, chosen by a clock hand that sweeps them in
+// insertion order: it skips throttles whose target is down, and gives
+// those used since its last pass a second chance, so the victim is a
+// throttle of a target that is up and was not used recently (with pod
+// churn or per-method keys, the targets that are gone). An evicted
+// throttle keeps working for whoever holds it; the next Get for its key
+// starts a fresh one. (It used to return nil once full, and every new
+// target then ran unthrottled, forever.)
 type Set struct {
 	cfg Config // normalized
-	max int64
-	n   atomic.Int64
-	m   sync.Map // string -> *Throttle
-	mu  sync.Mutex
+	m   keyed.Map[*Throttle]
 
 	// listeners are called after cfg.OnDown.
 	listeners listeners.List[func(name string, down bool)]
@@ -43,31 +45,25 @@ func NewSet(cfg Config, maxKeys int) (*Set, error) {
 	case maxKeys == 0:
 		maxKeys = DefaultMaxKeys
 	}
-	return &Set{cfg: n, max: int64(maxKeys)}, nil
+	s := &Set{cfg: n}
+	s.m.Max = maxKeys
+	s.m.Pinned = (*Throttle).Down
+	return s, nil
 }
 
-// Get returns the throttle for key, creating it if needed, or nil when
-// the Set is full.
+// Get returns the throttle for key, creating it if needed (see Set for
+// what happens when the Set is full). It never returns nil.
 func (s *Set) Get(key string) *Throttle {
-	if v, ok := s.m.Load(key); ok {
-		return v.(*Throttle)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.m.Load(key); ok {
-		return v.(*Throttle)
-	}
-	if s.n.Load() >= s.max {
-		return nil
-	}
-	cfg := s.cfg
-	cfg.Name = key
-	cfg.OnDown = s.downChanged
-	t := newThrottle(cfg)
-	s.m.Store(key, t)
-	s.n.Add(1)
-	return t
+	return s.m.Get(key, func() *Throttle {
+		cfg := s.cfg
+		cfg.Name = key
+		cfg.OnDown = s.downChanged
+		return newThrottle(cfg)
+	})
 }
+
+// Len returns the number of throttles in the set.
+func (s *Set) Len() int { return s.m.Len() }
 
 // AddDownListener adds f to the functions called when a throttle of the
 // set, one that exists or one to come, marks its target down (true) or up
@@ -94,6 +90,4 @@ func (s *Set) downChanged(name string, down bool) {
 
 // Range calls f for each key and throttle until f returns false, for
 // metrics.
-func (s *Set) Range(f func(key string, t *Throttle) bool) {
-	s.m.Range(func(k, v any) bool { return f(k.(string), v.(*Throttle)) })
-}
+func (s *Set) Range(f func(key string, t *Throttle) bool) { s.m.Range(f) }

@@ -2,9 +2,8 @@ package breaker
 
 import (
 	"fmt"
-	"sync"
-	"sync/atomic"
 
+	"github.com/stormguard/stormguard/internal/keyed"
 	"github.com/stormguard/stormguard/internal/listeners"
 )
 
@@ -24,21 +23,10 @@ import (
 // next Get for its key creates a fresh, closed breaker.
 type Set struct {
 	cfg Config // normalized; OnStateChange is the user's
-	max int
-	m   sync.Map // string -> *entry
+	m   keyed.Map[*Breaker]
 
 	// listeners are called after cfg.OnStateChange.
 	listeners listeners.List[func(name string, from, to State)]
-
-	mu   sync.Mutex // serializes inserts and evictions
-	ring []*entry   // guarded by mu; the clock hand sweeps it
-	hand int        // guarded by mu
-}
-
-type entry struct {
-	key  string
-	b    *Breaker
-	used atomic.Bool // set by Get, cleared by the clock hand
 }
 
 // NewSet returns an empty Set for at most maxKeys breakers made from cfg.
@@ -55,95 +43,31 @@ func NewSet(cfg Config, maxKeys int) (*Set, error) {
 	case maxKeys == 0:
 		maxKeys = DefaultMaxKeys
 	}
-	return &Set{cfg: n, max: maxKeys}, nil
+	s := &Set{cfg: n}
+	s.m.Max = maxKeys
+	s.m.Pinned = func(b *Breaker) bool { return b.State() != Closed }
+	return s, nil
 }
 
 // Get returns the breaker for key, creating it if needed. Callers may keep
 // the result; see Set for what eviction means for it.
 func (s *Set) Get(key string) *Breaker {
-	if v, ok := s.m.Load(key); ok {
-		e := v.(*entry)
-		if !e.used.Load() {
-			e.used.Store(true)
-		}
-		return e.b
-	}
-	return s.insert(key)
-}
-
-func (s *Set) insert(key string) *Breaker {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.m.Load(key); ok {
-		return v.(*entry).b
-	}
-	cfg := s.cfg
-	cfg.Name = key
-	cfg.OnStateChange = s.stateChanged
-	// A new entry starts unused: it earns its second chance by a second
-	// Get. (Started used, a flood of new keys would leave every entry
-	// used, and the hand, after clearing them all, would evict whatever
-	// it stood on, a hot key included.)
-	e := &entry{key: key, b: newBreaker(cfg)}
-	if len(s.ring) < s.max {
-		s.ring = append(s.ring, e)
-	} else {
-		i := s.victim()
-		s.m.Delete(s.ring[i].key)
-		s.ring[i] = e
-	}
-	s.m.Store(key, e)
-	return e.b
-}
-
-// victim returns the index in s.ring of the breaker to evict. s.mu is held.
-func (s *Set) victim() int {
-	n := len(s.ring)
-	firstClosed := -1
-	// Two rounds: the first may only clear used bits.
-	for range 2 * n {
-		i := s.hand
-		s.hand = (s.hand + 1) % n
-		e := s.ring[i]
-		if e.b.State() != Closed {
-			continue
-		}
-		if firstClosed < 0 {
-			firstClosed = i
-		}
-		if e.used.Load() {
-			e.used.Store(false)
-			continue
-		}
-		return i
-	}
-	if firstClosed >= 0 {
-		// Every closed breaker was used again while the hand went round
-		// twice: evict one of them all the same, never an open one.
-		return firstClosed
-	}
-	// Every breaker is open or half-open.
-	i := s.hand
-	s.hand = (s.hand + 1) % n
-	return i
+	return s.m.Get(key, func() *Breaker {
+		cfg := s.cfg
+		cfg.Name = key
+		cfg.OnStateChange = s.stateChanged
+		return newBreaker(cfg)
+	})
 }
 
 // Len returns the number of breakers in the set.
-func (s *Set) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.ring)
-}
+func (s *Set) Len() int { return s.m.Len() }
 
 // Range calls f for each key and breaker in the set, in no particular
 // order, until f returns false. No lock is held while f runs; f may call
 // any method of the Set. Breakers added or evicted meanwhile may or may not
 // be visited.
-func (s *Set) Range(f func(key string, b *Breaker) bool) {
-	s.m.Range(func(k, v any) bool {
-		return f(k.(string), v.(*entry).b)
-	})
-}
+func (s *Set) Range(f func(key string, b *Breaker) bool) { s.m.Range(f) }
 
 // Snapshot returns a snapshot of every breaker in the set, by key.
 func (s *Set) Snapshot() map[string]Snapshot {

@@ -83,8 +83,8 @@ func TestSetBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.max != DefaultMaxKeys {
-		t.Fatalf("maxKeys 0: got %d, want %d", d.max, DefaultMaxKeys)
+	if d.m.Max != DefaultMaxKeys {
+		t.Fatalf("maxKeys 0: got %d, want %d", d.m.Max, DefaultMaxKeys)
 	}
 }
 
@@ -231,7 +231,7 @@ func TestSetNeverEvictsOpenWhileClosedExist(t *testing.T) {
 	defer func() { stop.Store(true); wg.Wait() }()
 	for i := range 20000 {
 		s.Get("new" + strconv.Itoa(i))
-		if v, ok := s.m.Load("dead"); !ok || v.(*entry).b != dead {
+		if v, ok := s.m.Load("dead"); !ok || v != dead {
 			t.Fatalf("after %d inserts the open breaker was evicted while closed ones were in the set", i+1)
 		}
 	}

@@ -3,11 +3,10 @@ package interceptor
 import (
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/internal/keyed"
 )
 
 // maxLimiterKeys bounds a limiterSet, as breaker.DefaultMaxKeys bounds a
@@ -29,34 +28,21 @@ func methodKey(target, method string) string {
 }
 
 // limiterSet holds one limiter per key, created on first use, at most max
-// of them. When it is full, a new key replaces a limiter chosen by a clock
-// hand that gives limiters used since its last pass (or, for a new one,
-// since their first call) a second chance, so the victim is one not used
-// recently. The replaced limiter keeps working
-// for calls that hold it; the next call for its key starts a fresh one.
+// of them (see keyed.Map for which one a new key replaces).
 type limiterSet struct {
 	newLimiter func() (budget.Limiter, error)
-	max        int
-	m          sync.Map // string -> *limiterEntry
-
-	mu   sync.Mutex // serializes inserts and evictions
-	ring []*limiterEntry
-	hand int
+	m          keyed.Map[budget.Limiter]
 }
 
-type limiterEntry struct {
-	key  string
-	l    budget.Limiter
-	used atomic.Bool
+func newLimiterSet(newLimiter func() (budget.Limiter, error), maxKeys int) *limiterSet {
+	s := &limiterSet{newLimiter: newLimiter}
+	s.m.Max = maxKeys
+	return s
 }
 
 func (s *limiterSet) get(key string) budget.Limiter {
-	if v, ok := s.m.Load(key); ok {
-		e := v.(*limiterEntry)
-		if !e.used.Load() {
-			e.used.Store(true)
-		}
-		return e.l
+	if l, ok := s.m.Load(key); ok {
+		return l
 	}
 	l, err := s.newLimiter()
 	if err != nil || l == nil {
@@ -65,54 +51,11 @@ func (s *limiterSet) get(key string) budget.Limiter {
 		// than fail calls.
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if v, ok := s.m.Load(key); ok {
-		return v.(*limiterEntry).l
-	}
-	// A new entry starts unused: it earns its second chance by a second
-	// call. (Started used, a flood of new keys would leave every entry
-	// used, and the hand would evict whatever it stands on, a hot key
-	// included.)
-	e := &limiterEntry{key: key, l: l}
-	if len(s.ring) < max(s.max, 1) {
-		s.ring = append(s.ring, e)
-	} else {
-		i := s.victim()
-		s.m.Delete(s.ring[i].key)
-		s.ring[i] = e
-	}
-	s.m.Store(key, e)
-	return l
-}
-
-// victim returns the index in s.ring of the limiter to replace: the first
-// under the hand not used since the hand last passed it. s.mu is held.
-func (s *limiterSet) victim() int {
-	n := len(s.ring)
-	for range n {
-		e := s.ring[s.hand]
-		if !e.used.Load() {
-			break
-		}
-		e.used.Store(false)
-		s.hand = (s.hand + 1) % n
-	}
-	// After one round every used bit is clear, so the hand stops on the
-	// entry where it started at the latest.
-	i := s.hand
-	s.hand = (s.hand + 1) % n
-	return i
+	return s.m.Get(key, func() budget.Limiter { return l })
 }
 
 // len returns the number of limiters in the set.
-func (s *limiterSet) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.ring)
-}
+func (s *limiterSet) len() int { return s.m.Len() }
 
 // Range calls f for each key and limiter, for metrics.
-func (s *limiterSet) Range(f func(key string, l budget.Limiter) bool) {
-	s.m.Range(func(k, v any) bool { return f(k.(string), v.(*limiterEntry).l) })
-}
+func (s *limiterSet) Range(f func(key string, l budget.Limiter) bool) { s.m.Range(f) }

@@ -299,7 +299,7 @@ func withLimiters(name string, newLimiter func() (budget.Limiter, error)) Option
 	if err == nil && l == nil {
 		err = errors.New("the limiter constructor returned nil")
 	}
-	set := &limiterSet{newLimiter: newLimiter, max: maxLimiterKeys}
+	set := newLimiterSet(newLimiter, maxLimiterKeys)
 	return setupOption(name, func(c *config) error {
 		if err != nil {
 			return invalid("%s: %v", name, err)
