@@ -40,14 +40,16 @@ func (t *Throttle) quietRun(el int64) bool {
 
 // probeNeed is the probe credit the next probe of a down target needs.
 // A target marked down on a run of failures behind a ready connection
-// (t.early) may be a false alarm: its first probe needs one request's
-// credit (ProbeRatio: the first request after the jittered gap), and
-// each later one twice the one before, up to a whole probe (1/ProbeRatio
-// requests). A false "down" so costs a client a request or two at any
-// rate, and a dead target soon gets only ProbeRatio of the requests. A
-// target down while its connection was broken, or that never accepted
-// anything, needs a whole probe from the start: its connection coming
-// back revives it (Connectivity). t.mu is held.
+// (t.early), after an accept or from a cold start, may be a false alarm:
+// its first probe needs one request's credit (ProbeRatio: the first
+// request after the jittered gap), and each later one twice the one
+// before, up to a whole probe (1/ProbeRatio requests). A false "down" so
+// costs a client a request or two at any rate (a quiet client whose
+// first call met three failures used to need 1/ProbeRatio requests, 19 s
+// at 1 request/s), and a dead target soon gets only ProbeRatio of the
+// requests. A target down while its connection was broken needs a whole
+// probe from the start: its connection coming back revives it
+// (Connectivity). t.mu is held.
 func (t *Throttle) probeNeed() float64 {
 	if !t.early {
 		return 1

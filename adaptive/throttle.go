@@ -39,8 +39,16 @@ const (
 	Overload
 	// Ignored: the attempt says nothing about the target (the caller
 	// cancelled, or a tier below refused on its own behalf). Values other
-	// than Accept and Overload are treated as Ignored.
+	// than Accept, Overload and Busy are treated as Ignored.
 	Ignored
+	// Busy: the target refused the attempt to protect itself (admission
+	// control shed it): it is alive and serving what it can. A busy
+	// answer counts as a request that was not accepted, so that a client
+	// sends a target that refuses most of its requests about K times what
+	// it accepts; it never counts towards a run of failures, and so never
+	// marks the target down, and it ends a down state as an accept does.
+	// Busy is not broken.
+	Busy
 )
 
 // String returns "accept", "overload" or "ignored".
@@ -52,6 +60,8 @@ func (o Outcome) String() string {
 		return "overload"
 	case Ignored:
 		return "ignored"
+	case Busy:
+		return "busy"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -252,10 +262,12 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 		return Permit{}, ErrThrottled
 	}
 	if u < p {
-		// A shed request counts as a request now; an allowed one when
-		// its outcome comes, so that attempts in flight do not count as
-		// refused by the target.
-		t.bucket(el).req++
+		// A shed request does not count as a request: only what the
+		// target was sent does, when its outcome comes (so that attempts
+		// in flight do not count as refused by the target either). A
+		// caller at a fixed concurrency (a load test, a worker pool) sends
+		// again the moment it is refused; counted, its refusals would
+		// drive the ratio to 1 and shed everything.
 		t.stats.Shed++
 		t.mu.Unlock()
 		return Permit{}, ErrThrottled
@@ -293,6 +305,25 @@ func (t *Throttle) RetryAllowed() bool {
 	return !t.down && t.run < retryRun && !t.quietRun(el) && t.probability(el) == 0
 }
 
+// Healthy reports whether the target is up, has accepted an attempt,
+// has failed at most once since its last accept, and is not being shed:
+// a failure now is a random one, not overload. A retry of such a failure
+// needs no backoff (the interceptor sends it at once, as Finagle requeues
+// a rejected request at once under its retry budget): waiting would only
+// idle a caller that has a fixed number of requests in flight, while a
+// retry budget still bounds the retries.
+func (t *Throttle) Healthy() bool {
+	if w := t.word.Load(); w&1 == 1 {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.accepted && t.run <= 1
+	}
+	el := t.elapsed()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.down && t.accepted && t.run <= 1 && t.probability(el) == 0
+}
+
 // allowDown is Allow for a down target. t.mu is held; it unlocks.
 func (t *Throttle) allowDown(el int64, u float64, retry bool) (Permit, error) {
 	if retry {
@@ -325,7 +356,7 @@ func (t *Throttle) probeGap(u float64) int64 {
 // Outcomes of attempts allowed before the last change between up and
 // down count only as an Accept ending a down state (the target answered).
 func (p Permit) Done(o Outcome) {
-	if p.t == nil || (o != Accept && o != Overload) {
+	if p.t == nil || (o != Accept && o != Overload && o != Busy) {
 		return
 	}
 	p.t.done(p.gen, o)
@@ -340,6 +371,18 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 	t.mu.Lock()
 	changed := false
 	switch o {
+	case Busy:
+		// Alive: no run of failures goes on through it, and a down
+		// target is up again; but not accepted.
+		t.run = 0
+		t.broken = false
+		if t.down {
+			t.setUp()
+			t.accepted, t.lastAccept = true, el
+			changed = true
+		} else if gen == t.gen {
+			t.bucket(el).req++
+		}
 	case Accept:
 		t.accepted, t.lastAccept, t.run = true, el, 0
 		t.fresh++
@@ -377,14 +420,14 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 			t.down = true
 			t.gen++
 			t.credit, t.probes = 0, 0
-			t.early = t.accepted && !t.broken
+			t.early = !t.broken
 			t.nextProbe = el + t.probeGap(u)
 			t.stats.Downs++
 			changed = true
 		}
 	}
 	down := t.down
-	if o == Overload || changed || t.word.Load()&1 == 0 {
+	if o != Accept || changed || t.word.Load()&1 == 0 {
 		// An accept on a healthy target changes nothing that word
 		// shows: it only lowers p (by K-1) and ends no state.
 		t.publish(el)

@@ -2,7 +2,9 @@ package adaptive
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -358,8 +360,8 @@ func TestSet(t *testing.T) {
 	if s.Get("b") == nil {
 		t.Fatal("Get(b) nil below maxKeys")
 	}
-	if s.Get("c") != nil {
-		t.Error("Get(c) beyond maxKeys: want nil")
+	if c := s.Get("c"); c == nil || c.Name() != "c" {
+		t.Error("Get(c) beyond maxKeys: want a throttle for c")
 	}
 	n := 0
 	s.Range(func(string, *Throttle) bool { n++; return true })
@@ -471,5 +473,172 @@ func TestColdStartNeedsThreeFailures(t *testing.T) {
 	}
 	if !th.Down() {
 		t.Fatal("not down after three failures over a second from a cold start")
+	}
+}
+
+// A full Set keeps protecting new targets: a new key replaces the
+// throttle of a target that is up and was not used recently, never one
+// that is down (review finding 7: a full Set returned nil for every new
+// key, forever, so that new targets ran unthrottled).
+func TestSetFullEvicts(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	s, err := NewSet(Config{Clock: clk}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := s.Get("dead")
+	for range 3 { // a cold target down after three failures over DownAfter
+		p, err := dead.Allow(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(DefaultDownAfter)
+		p.Done(Overload)
+	}
+	if !dead.Down() {
+		t.Fatal("setup: dead is not down")
+	}
+	for i := range 100 { // pod churn: every target new
+		key := fmt.Sprintf("pod-%d", i)
+		if th := s.Get(key); th == nil || th.Name() != key {
+			t.Fatalf("Get(%s) on a full set: got %v, want its throttle", key, th)
+		}
+		if s.Len() > 4 {
+			t.Fatalf("Len %d after %s, want at most 4", s.Len(), key)
+		}
+	}
+	if s.Get("dead") != dead {
+		t.Error("the down target's throttle was evicted while up ones were in the set")
+	}
+}
+
+// A target that answers "busy" (admission control shed the attempt) is
+// alive: however many busy answers come in a row, at any rate, it is
+// never marked down; and a busy answer to a probe of a down target ends
+// the down state (review finding 3: refusals counted as overload, and
+// the throttles of healthy tiers marked their neighbours down).
+func TestBusyNeverDown(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for i := range 5000 {
+		p, err := th.Allow(false)
+		if err != nil {
+			continue
+		}
+		if i%10 == 0 {
+			p.Done(Accept)
+		} else {
+			p.Done(Busy)
+		}
+		clk.Advance(time.Millisecond)
+	}
+	if th.Down() || th.Stats().Downs != 0 {
+		t.Fatalf("a target answering busy 90 %% of the time was marked down: %+v", th.Stats())
+	}
+	if p := th.Stats().Probability; p <= 0 {
+		t.Errorf("Probability %v with 90 %% busy answers: want the client to slow down (K = 3)", p)
+	}
+	// Down on a dead target, then a probe answered busy: up.
+	for th.Stats().Downs == 0 {
+		p, err := th.Allow(false)
+		if err == nil {
+			p.Done(Overload)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	for range 1000 {
+		clk.Advance(DefaultProbeInterval)
+		if p, err := th.Allow(false); err == nil {
+			if !p.Probe() {
+				t.Fatal("an attempt let through while down is not a probe")
+			}
+			p.Done(Busy)
+			break
+		}
+	}
+	if th.Down() {
+		t.Fatal("a probe answered busy did not end the down state")
+	}
+}
+
+// Requests shed locally are not counted as requests: a caller that sends
+// again the moment it is refused (a fixed concurrency) cannot drive the
+// shedding probability to 1. With the target accepting a quarter of what
+// it is sent, the client settles at sending about K = 3 times its
+// accepts: p near 1/4 (review finding 4: 704 000 local refusals in 3 s
+// from 32 users, and the ratio at 1).
+func TestLocalRefusalsNotCounted(t *testing.T) {
+	th, clk := newTest(t, Config{Rand: rand.New(rand.NewPCG(1, 2)).Float64})
+	accept := 0
+	for range 200000 {
+		p, err := th.Allow(false)
+		if err != nil {
+			continue // a spinner: next request at once
+		}
+		clk.Advance(100 * time.Microsecond)
+		if accept++; accept%4 == 0 {
+			p.Done(Accept)
+		} else {
+			p.Done(Busy)
+		}
+	}
+	if p := th.Stats().Probability; p > 0.4 {
+		t.Fatalf("Probability %v: local refusals drove it up (want about 0.25)", p)
+	}
+}
+
+// A quiet client whose first call met three failures is down "cold"; its
+// first probe goes with its next request after the probe gap, not after
+// 1/ProbeRatio requests (review finding 5: 19 requests, 19 s at 1
+// request/s).
+func TestColdDownProbesEarly(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for range 3 {
+		p, err := th.Allow(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(35 * time.Millisecond)
+		p.Done(Overload)
+	}
+	if !th.Down() {
+		t.Fatal("setup: not down after three failures over 70 ms")
+	}
+	clk.Advance(time.Second) // the next request, a second later
+	p, err := th.Allow(false)
+	if err != nil || !p.Probe() {
+		t.Fatalf("the first request a second after a cold down: %v, probe %v; want a probe", err, p.Probe())
+	}
+	p.Done(Accept)
+	if th.Down() {
+		t.Fatal("an accepted probe did not end the down state")
+	}
+}
+
+// Healthy: a lone failure after accepts is random; a second in a row, a
+// cold target or a target being shed is not.
+func TestHealthy(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	if th.Healthy() {
+		t.Error("a target that never accepted is healthy")
+	}
+	done := func(o Outcome) {
+		p, err := th.Allow(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+		p.Done(o)
+	}
+	done(Accept)
+	if !th.Healthy() {
+		t.Error("after an accept: not healthy")
+	}
+	done(Overload)
+	if !th.Healthy() {
+		t.Error("after one failure following an accept: not healthy")
+	}
+	done(Overload)
+	if th.Healthy() {
+		t.Error("after two failures in a row: healthy")
 	}
 }

@@ -130,9 +130,10 @@ func (c *call) adaptiveRefusesRetry() bool {
 
 // settleAdaptive reports the attempt that ended with err to the throttle:
 // see WithAdaptive for what counts as overload. failure is the breaker's
-// judgement (a hang until the caller's deadline included); ignored means
-// the caller cancelled, which says nothing about the target.
-func (c *call) settleAdaptive(err error, failure, dontRetry, ignored bool) {
+// judgement (a hang until the caller's deadline included); busy means the
+// target's admission control refused the attempt; ignored means the
+// caller cancelled, which says nothing about the target.
+func (c *call) settleAdaptive(err error, failure, busy, dontRetry, ignored bool) {
 	if c.thr == nil {
 		return
 	}
@@ -140,6 +141,8 @@ func (c *call) settleAdaptive(err error, failure, dontRetry, ignored bool) {
 	c.tp = adaptive.Permit{}
 	switch {
 	case ignored:
+	case busy:
+		p.Done(adaptive.Busy)
 	case dontRetry && err != nil:
 		// A live target whose own dependency failed: no sign of
 		// overload here, and no sign of health either. But a probe so

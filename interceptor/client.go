@@ -91,7 +91,6 @@ type call struct {
 	// answered: a stream's target answered (a header or a message), so
 	// that running into the caller's deadline later is no sign of a hang.
 	answered atomic.Bool
-	shed     bool // the last attempt was refused by admission control
 }
 
 // retryable reports whether an attempt that ended with code may be
@@ -221,7 +220,11 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 	dontRetry := err != nil && hasPB && pb < 0
 	failure := code == codes.Unavailable || code == codes.ResourceExhausted ||
 		(code == codes.DeadlineExceeded && c.timedOut) || (dontRetry && c.retryable(code))
-	c.shed = err != nil && shedMarked(trailer)
+	// A refusal by the target's admission control (busy) is its own
+	// class: the target is alive, so the breaker ignores it and the
+	// adaptive throttle slows down for it but never calls the target
+	// down; the budget counts it as a failure.
+	busy := err != nil && shedMarked(trailer)
 	failure = failure || c.deadlineAnswer(code)
 	ignored := false
 	if err != nil && c.ctx.Err() != nil {
@@ -233,15 +236,13 @@ func (c *call) settle(permit breaker.Permit, err error, trailer metadata.MD) (pb
 			ignored = true
 		}
 	}
-	// A refusal by the target's admission control is overload, whatever
-	// its pushback says.
-	c.settleAdaptive(err, failure, dontRetry && !c.shed, ignored)
+	c.settleAdaptive(err, failure, busy, dontRetry && !busy, ignored)
 	if ignored {
 		permit.Done(breaker.Ignored)
 		return pb, hasPB
 	}
 	switch {
-	case c.shed || dontRetry && permit.Probe():
+	case busy || dontRetry && permit.Probe():
 		permit.Done(breaker.Ignored)
 	case failure:
 		permit.Done(breaker.Failure)
@@ -291,6 +292,11 @@ func (c *call) next(err error, pb int64, hasPB bool) (time.Duration, error) {
 		if pb < wait.Milliseconds() {
 			wait = time.Duration(pb) * time.Millisecond
 		}
+	} else if c.attempt == 1 && c.thr != nil && c.thr.Healthy() {
+		// A lone failure of a healthy target is random: retry at once
+		// (see adaptive.Throttle.Healthy). The budget bounds these
+		// retries as any other.
+		wait = 0
 	} else {
 		wait = c.cfg.backoff.Delay(c.attempt-1, c.cfg.rand(), c.prev)
 	}
@@ -356,7 +362,6 @@ func (c *call) giveUp(reason StopReason) {
 	}
 	if c.st != nil {
 		c.st.gaveUp.Store(true)
-		c.st.shed.Store(c.shed)
 	}
 	code := codes.Unavailable // what an open breaker answers before any attempt
 	if c.last != nil {

@@ -62,8 +62,7 @@ type Info struct {
 type serverState struct {
 	info   Info
 	gaveUp atomic.Bool
-	shed   atomic.Bool // the call that gave up was refused by admission control
-	epoch  uint64      // WithHealth: the Serving's epoch when the request started
+	epoch  uint64 // WithHealth: the Serving's epoch when the request started
 }
 
 type stateKey struct{}
