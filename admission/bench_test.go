@@ -9,7 +9,7 @@ import (
 // BenchmarkAcquireRelease is one admitted request: Acquire and Release
 // with a latency sample, on the system clock, from parallel goroutines.
 func BenchmarkAcquireRelease(b *testing.B) {
-	l, err := New(Config{InitialLimit: 1000, MinLimit: 1000, MaxLimit: 1000})
+	l, err := New(Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 // BenchmarkReject is one request refused at the limit.
 func BenchmarkReject(b *testing.B) {
-	l, err := New(Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1})
+	l, err := New(Config{MaxInFlight: 1})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func BenchmarkReject(b *testing.B) {
 // BenchmarkWaitRelease is BenchmarkAcquireRelease through Wait with a
 // queue configured but not needed: it must allocate nothing either.
 func BenchmarkWaitRelease(b *testing.B) {
-	l, err := New(Config{InitialLimit: 1000, MinLimit: 1000, MaxLimit: 1000, QueueSize: 64})
+	l, err := New(Config{MaxInFlight: 1000, QueueSize: 64})
 	if err != nil {
 		b.Fatal(err)
 	}

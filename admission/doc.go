@@ -1,21 +1,39 @@
-// Package admission decides on a server whether to start a request: an
-// adaptive concurrency limit derived from latency, which sheds retries
-// before first attempts and refuses work whose deadline cannot be met.
+// Package admission decides on a server whether to start a request, and
+// whether the server can serve at all.
+//
+// A [Limiter] refuses work only while the server is overloaded, and only
+// work it cannot finish in time. Overloaded means that requests arrive
+// faster than they complete, for several windows in a row: a server at
+// capacity whose load comes from a fixed number of callers that each send
+// the next request when the last is answered (a load test, a batch job, a
+// worker pool) keeps up by definition, however many callers and however
+// long the latency, and is never refused anything. Nor is a tier whose
+// latency is its dependency's, or that of its own retries' backoff:
+// latency is not load. While overloaded, a request is refused when the
+// latency it can expect (Little's law: the requests in flight times the
+// time per completion) exceeds the server's latency without a queue by
+// more than the latency target of its [Class] (Config.Target, 20 ms, the
+// queueing time DAGOR sheds at; less for retries, which go first), or
+// exceeds its own remaining deadline.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose
 // callers have given up, and callers with per-attempt timeouts retry into
-// that queue, so it never drains (a metastable failure). Throughput is
-// limit / latency: a limit that falls while latency rises above its
-// long-term level keeps the queue short, and rises again the moment latency
-// recovers. A [Limiter] is that limit (a gradient algorithm, in the family
-// of Netflix's Gradient2 and Envoy's adaptive concurrency filter), plus two
-// rules no latency-only limiter has: requests are admitted by [Class], so
-// that retries use only part of the limit and go first under overload; and
-// a request whose remaining deadline is shorter than the latency the server
-// currently needs is refused before it takes a slot. An optional short
-// queue (Config.QueueSize, off by default) lets a request that meets a
-// full limit wait briefly for a slot (Limiter.Wait): CoDel-style
-// timeouts, and the newest first when the queue is backed up.
+// that queue, so it never drains (a metastable failure); and open-loop
+// arrivals above capacity (users who do not wait for each other) build a
+// queue without bound. Both are arrivals exceeding completions. A limit
+// derived from latency alone, the family of Netflix's Gradient2 and
+// Envoy's adaptive concurrency filter that this package used before,
+// cannot tell them from a healthy server at capacity or from a tier that
+// waits on a slow dependency, and refused most of their traffic.
+//
+// A refused closed loop sends again at once, so that its refused arrivals
+// exceed its completions and it looks overloaded for good; a probe tells
+// it from an open loop (see Limiter).
+//
+// Config.MaxInFlight adds a fixed cap, with an optional short queue
+// (Config.QueueSize; Limiter.Wait: CoDel-style timeouts, and the newest
+// first when the queue is backed up), for a server that must never run
+// more than so many requests at once.
 //
 // [Serving] is the server's other self-protection: whether it can serve at
 // all, judged from its own answers, for gRPC health checking (a server

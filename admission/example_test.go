@@ -10,32 +10,40 @@ import (
 )
 
 func Example() {
-	l, err := admission.New(admission.Config{InitialLimit: 2, MinLimit: 1})
+	l, err := admission.New(admission.Config{}) // a 20 ms queueing target under overload
 	if err != nil {
 		panic(err)
 	}
-	// A first attempt takes a slot; a retry may use half the limit only.
-	first, err := l.Acquire(admission.ClassOf(0, 0), time.Time{})
-	fmt.Println("first attempt:", err)
-	_, err = l.Acquire(admission.ClassOf(1, 0), time.Time{})
-	fmt.Println("retry:", errors.Is(err, admission.ErrLimit))
-	first.Release(admission.Measured)
+	// A server that keeps up with its arrivals is never overloaded: every
+	// request is admitted, however many are in flight.
+	var permits []admission.Permit
+	for range 1000 {
+		p, err := l.Acquire(admission.ClassOf(0, 0), time.Time{})
+		if err != nil {
+			fmt.Println("refused:", err)
+			return
+		}
+		permits = append(permits, p)
+	}
+	fmt.Println("in flight:", l.InFlight(), "overloaded:", l.Overloaded())
+	for _, p := range permits {
+		p.Release(admission.Measured)
+	}
 	fmt.Println("in flight:", l.InFlight())
 	// Output:
-	// first attempt: <nil>
-	// retry: true
+	// in flight: 1000 overloaded: false
 	// in flight: 0
 }
 
 func ExampleLimiter_Wait() {
-	// A limit of 1 and a queue of 8 waiters, each waiting at most 1 ms.
-	l, err := admission.New(admission.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1,
-		QueueSize: 8, QueueTimeout: time.Millisecond})
+	// A fixed cap of 1 request in flight and a queue of 8 waiters, each
+	// waiting at most 1 ms.
+	l, err := admission.New(admission.Config{MaxInFlight: 1, QueueSize: 8, QueueTimeout: time.Millisecond})
 	if err != nil {
 		panic(err)
 	}
 	held, _ := l.Acquire(admission.ClassFirst, time.Time{})
-	// The limit is full: Wait waits for a slot, and gives up after 1 ms.
+	// The cap is reached: Wait waits for a slot, and gives up after 1 ms.
 	_, err = l.Wait(context.Background(), admission.ClassFirst, time.Time{})
 	fmt.Println("timed out:", errors.Is(err, admission.ErrQueueTimeout))
 	held.Release(admission.Measured)

@@ -14,58 +14,70 @@ import (
 
 // Defaults for the zero fields of [Config].
 const (
-	DefaultInitialLimit = 20
-	DefaultMinLimit     = 16
-	DefaultMaxLimit     = 1000
-	DefaultTolerance    = 2.0
-	DefaultWindow       = 50 * time.Millisecond
+	DefaultTarget       = 20 * time.Millisecond
+	DefaultWindow       = 10 * time.Millisecond
 	DefaultRetryShare   = 0.5
 	DefaultQueueTimeout = 100 * time.Millisecond
 	DefaultQueueTarget  = 5 * time.Millisecond
 
 	// MinWindow and MaxWindow bound Config.Window.
 	MinWindow = time.Millisecond
-	MaxWindow = 10 * time.Second
-	// MaxTolerance bounds Config.Tolerance.
-	MaxTolerance = 10.0
+	MaxWindow = time.Second
+	// MaxTarget bounds Config.Target.
+	MaxTarget = time.Minute
 )
 
-// The constants of the gradient algorithm.
+// The constants of the overload rule (see Limiter).
 const (
-	// minSamples is the number of latencies a window needs before it
-	// ends; a window of slowWindows x Window ends with any number.
-	minSamples  = 4
-	slowWindows = 4
-	// probeEvery is the number of windows between two probes of the
-	// latency without a queue, while the limit is in use.
-	probeEvery = 10
-	// probeTimeout is the longest probe, in windows.
-	probeTimeout = 8
-	// smoothUp and smoothDown are the weights of each window's new limit
-	// in the limit, when it is higher and when it is lower.
-	smoothUp   = 0.2
-	smoothDown = 0.5
-	// minGradient bounds the cut per window: the new limit is at least
-	// half the old one before smoothing, so at most 25 % lower after it.
-	minGradient = 0.5
-	// maxGradient bounds the growth per window: latency at base with the
-	// default Tolerance gives 2, 20 % more after smoothing.
-	maxGradient = 2
+	// growthWindows windows in a row whose admitted arrivals exceed the
+	// completions by growthShare (plus growthMargin requests) start the
+	// overload: a step of arrivals (a load test that starts, callers
+	// coming back after an outage) fills one window, not three.
+	growthWindows = 3
+	growthShare   = 0.1
+	growthMargin  = 2
+	// calmWindows windows in a row whose arrivals, refused ones included,
+	// do not exceed the completions end it.
+	calmWindows = 2
+	// rateWindows windows measure the completion rate.
+	rateWindows = 4
+	// historyWindows windows are remembered: the most requests in flight
+	// over them, which a growth must exceed (a closed loop only ever
+	// returns to its own number of callers), and the lowest latency, the
+	// base.
+	historyWindows = 128
+	// minEvents arrivals and completions end a window early enough to
+	// count; a window with fewer lasts up to maxWindows windows.
+	minEvents  = 8
+	maxWindows = 8
+	// minSamples latencies make a window's mean a candidate for the base.
+	minSamples = 4
+	// probeEvery windows of overload, a probe tells a closed loop from an
+	// open one (see Limiter); probeWindows is its length, its second
+	// half measured; closedRatio is the drop of arrivals that says
+	// "closed".
+	probeEvery   = 50
+	probeWindows = 2
+	closedRatio  = 0.5
 )
 
 // ErrInvalidConfig is wrapped by the error New returns for an invalid
 // Config. Check it with errors.Is.
 var ErrInvalidConfig = errors.New("admission: invalid config")
 
-// The reasons a request is refused, returned by Acquire. Check them with
-// errors.Is.
+// The reasons a request is refused, returned by Acquire and Wait. Check
+// them with errors.Is.
 var (
-	// ErrLimit: the requests in flight have reached the limit for the
-	// request's class.
+	// ErrOverload: requests arrive faster than the server completes
+	// them, and the request would wait longer than the latency target of
+	// its class.
+	ErrOverload = errors.New("admission: overloaded: the request would wait longer than the latency target")
+	// ErrDeadline: the server is overloaded and the request's remaining
+	// deadline is shorter than the latency it can expect.
+	ErrDeadline = errors.New("admission: overloaded: deadline shorter than the expected latency")
+	// ErrLimit: the requests in flight have reached Config.MaxInFlight
+	// for the request's class (and the queue, if any, had no room).
 	ErrLimit = errors.New("admission: concurrency limit reached")
-	// ErrDeadline: the request's remaining deadline is shorter than the
-	// latency the server currently needs.
-	ErrDeadline = errors.New("admission: deadline shorter than the current latency")
 )
 
 // Clock tells the time; clock.Real and clock.Fake from this module satisfy
@@ -85,15 +97,15 @@ type Class int
 // The classes, from the most valuable.
 const (
 	// ClassFirst is a first attempt from a caller that is not retrying.
-	// It may use the whole limit.
+	// It may wait the whole latency target.
 	ClassFirst Class = iota
 	// ClassUpstreamRetrying is a first attempt from a caller that is
 	// serving a retry of its own caller (x-upstream-retries > 0). It may
-	// use half-way between the retry share and the whole limit.
+	// wait half-way between the retry share of the target and the whole.
 	ClassUpstreamRetrying
 	// ClassRetry is a retry (x-retry-attempt >= 1 or
-	// grpc-previous-rpc-attempts >= 1). It may use Config.RetryShare of
-	// the limit.
+	// grpc-previous-rpc-attempts >= 1). It may wait Config.RetryShare of
+	// the latency target.
 	ClassRetry
 	numClasses
 )
@@ -122,37 +134,35 @@ func ClassOf(attempt, upstreamRetries int) Class {
 // Config configures a [Limiter]. The zero value of every field means its
 // default, so Config{} is a valid configuration.
 type Config struct {
-	// InitialLimit is the limit before any latency was measured. Zero
-	// means DefaultInitialLimit (20). Valid: MinLimit <= InitialLimit <=
-	// MaxLimit.
-	InitialLimit int
-	// MinLimit is the floor of the limit and of its probes. Set it near
-	// the number of requests the server serves at once (its workers):
-	// below, a server that became slow rather than queued serves under
-	// its capacity; far above, up to about twice MinLimit requests may
-	// wait in a queue inside the server (the deadline rule still refuses
-	// those that would miss their deadline). Zero means DefaultMinLimit
-	// (16). Valid: >= 1.
-	MinLimit int
-	// MaxLimit is the ceiling of the limit. Zero means DefaultMaxLimit
-	// (1000). Valid: >= MinLimit.
-	MaxLimit int
-	// Tolerance is how much the recent latency may exceed the long-term
-	// latency before the limit falls: 2 tolerates a queue as long as the
-	// service time. Zero means DefaultTolerance (2). Valid: 1 to
-	// MaxTolerance (10).
-	Tolerance float64
-	// Window is how often the limit is updated: at the end of each window
-	// with at least 4 latencies (or 4 windows with fewer). Zero means
-	// DefaultWindow (50 ms). Valid: MinWindow (1 ms) to MaxWindow (10 s).
+	// Target is the longest queueing delay that a first attempt may be
+	// admitted into while the server is overloaded: the latency the
+	// server can expect to need (see Limiter) may exceed its latency
+	// without a queue by at most Target. It says nothing while the server
+	// keeps up with its arrivals, however long the latency. Zero means
+	// DefaultTarget (20 ms, DAGOR's queueing-time threshold). Valid: up
+	// to MaxTarget (1 min).
+	Target time.Duration
+	// Window is the interval over which arrivals and completions are
+	// compared (a window with fewer than 8 of them lasts longer, up to 8
+	// Windows). Zero means DefaultWindow (10 ms). Valid: MinWindow (1 ms)
+	// to MaxWindow (1 s).
 	Window time.Duration
-	// RetryShare is the share of the limit that retries may use (see
-	// Class). Zero means DefaultRetryShare (0.5). Valid: 0 < RetryShare
-	// <= 1; 1 sheds retries no earlier than first attempts.
+	// RetryShare is the share of Target that retries may wait (see
+	// Class); a caller already retrying gets half-way between it and the
+	// whole. Zero means DefaultRetryShare (0.5). Valid: 0 < RetryShare <=
+	// 1; 1 sheds retries no earlier than first attempts.
 	RetryShare float64
+	// MaxInFlight, when not zero, is a fixed cap on the requests in
+	// flight: a first attempt is refused (ErrLimit) when MaxInFlight are,
+	// a retry at RetryShare of it. Use it for a server that must never
+	// run more than so many requests at once (a pool of connections to a
+	// database); the overload rule needs no cap. Zero means none. Valid:
+	// >= 0.
+	MaxInFlight int
 	// QueueSize is the number of requests that may wait in Wait for a
-	// slot when the limit for their class is full (see Limiter.Wait).
-	// Zero means no queue: such a request is refused at once. Valid: >= 0.
+	// slot when MaxInFlight is reached (see Limiter.Wait). Zero means no
+	// queue: such a request is refused at once. Valid: >= 0, and zero
+	// without MaxInFlight.
 	QueueSize int
 	// QueueTimeout is the longest wait in the queue, and how long the
 	// queue must have stayed non-empty to count as backed up (CoDel's
@@ -163,43 +173,28 @@ type Config struct {
 	// QueueTimeout when shorter. Valid: 0 <= QueueTarget <= QueueTimeout.
 	QueueTarget time.Duration
 	// Clock is the time source. Nil means the system clock. The queue's
-	// timeouts use the clock's AfterFunc when it has one (see Timers),
-	// time.AfterFunc otherwise.
+	// timeouts and the probes' holds use the clock's AfterFunc when it
+	// has one (see Timers), time.AfterFunc otherwise.
 	Clock Clock
 }
 
 func (c *Config) resolve() error {
 	switch {
-	case c.MinLimit < 0:
-		return invalidf("MinLimit %d is negative", c.MinLimit)
-	case c.MaxLimit < 0:
-		return invalidf("MaxLimit %d is negative", c.MaxLimit)
-	case c.InitialLimit < 0:
-		return invalidf("InitialLimit %d is negative", c.InitialLimit)
-	case math.IsNaN(c.Tolerance) || c.Tolerance != 0 && (c.Tolerance < 1 || c.Tolerance > MaxTolerance):
-		return invalidf("Tolerance %v out of range [1, %v]", c.Tolerance, MaxTolerance)
+	case c.Target < 0 || c.Target > MaxTarget:
+		return invalidf("Target %v out of range [0, %v]", c.Target, MaxTarget)
 	case c.Window != 0 && (c.Window < MinWindow || c.Window > MaxWindow):
 		return invalidf("Window %v out of range [%v, %v]", c.Window, MinWindow, MaxWindow)
 	case math.IsNaN(c.RetryShare) || c.RetryShare < 0 || c.RetryShare > 1:
 		return invalidf("RetryShare %v out of range (0, 1]", c.RetryShare)
+	case c.MaxInFlight < 0:
+		return invalidf("MaxInFlight %d is negative", c.MaxInFlight)
+	case c.QueueSize > 0 && c.MaxInFlight == 0:
+		return invalidf("QueueSize %d without MaxInFlight: requests queue only at a fixed cap", c.QueueSize)
 	}
 	if err := c.resolveQueue(); err != nil {
 		return err
 	}
-	orDefault(&c.MinLimit, DefaultMinLimit)
-	if c.MaxLimit == 0 {
-		c.MaxLimit = max(DefaultMaxLimit, c.MinLimit)
-	}
-	if c.InitialLimit == 0 {
-		c.InitialLimit = min(max(DefaultInitialLimit, c.MinLimit), c.MaxLimit)
-	}
-	switch {
-	case c.MaxLimit < c.MinLimit:
-		return invalidf("MaxLimit %d below MinLimit %d", c.MaxLimit, c.MinLimit)
-	case c.InitialLimit < c.MinLimit || c.InitialLimit > c.MaxLimit:
-		return invalidf("InitialLimit %d out of range [%d, %d]", c.InitialLimit, c.MinLimit, c.MaxLimit)
-	}
-	orDefault(&c.Tolerance, DefaultTolerance)
+	orDefault(&c.Target, DefaultTarget)
 	orDefault(&c.Window, DefaultWindow)
 	orDefault(&c.RetryShare, DefaultRetryShare)
 	if c.Clock == nil {
@@ -208,98 +203,116 @@ func (c *Config) resolve() error {
 	return nil
 }
 
-// Limiter is an adaptive concurrency limit. Acquire admits a request when
-// the requests in flight are below the limit for its class, and the
-// Permit's Release reports its latency.
+// Limiter is admission control for one server: Acquire (or Wait) before
+// a request runs, and the Permit's Release when it ends.
 //
-// The limit follows a gradient: at the end of each window (Config.Window,
-// 50 ms) the window's mean latency (short) is compared with the latency
-// without a queue (base), and
+// It refuses a request only while the server is overloaded, that is
+// while requests arrive faster than it completes them, and only a
+// request that would then wait longer than the latency target of its
+// class, or than its own deadline. A server at capacity that keeps up,
+// such as one loaded by a fixed number of callers that each send the
+// next request when the last one is answered (a load test, a batch job,
+// a worker pool), is never refused anything, however long its latency:
+// arrivals cannot exceed completions there, and refusing would only send
+// its callers back at once. Nor is a server whose latency is its
+// dependency's, or that of its own retries: latency is not load.
 //
-//	gradient = clamp(Tolerance x base / short, 0.5, 2)
-//	next     = limit x gradient + max(1, log10(limit))
-//	limit    = limit + 0.2 x (next - limit) when next is higher, 0.5 x when lower
+// Overload starts when, for 3 windows in a row (Config.Window, 10 ms),
+// the admitted arrivals exceed the completions by a tenth, and the
+// requests in flight exceed the most in flight over the last 128
+// windows: a step of arrivals (callers starting at once, callers back
+// after an outage) fills one window, and a closed loop never exceeds
+// its own number of callers. While overloaded, the server expects a new
+// request to need
 //
-// So the limit settles where the queue is (Tolerance - 1) times the
-// service, plus one or two; it grows while latency is below that, by up
-// to 20 % per window plus about 0.2 with the default Tolerance, but
-// only while the server uses at least half of it; and when a queue builds
-// up it falls by up to 25 % per window: from 100 to 10 in 8 windows,
-// 400 ms. When latency recovers, short falls below base, base follows it
-// at once, and the limit grows again: from 10 to 30 in about 10 windows.
+//	expected = (in flight + 1) x (time per completion over the last 4 windows)
 //
-// Base is the lowest window mean, refreshed by a probe when the latency
-// was above Tolerance x base for two windows in a row while the limit is
-// in use (at most every 10 windows): the limit is cut to a quarter (not below MinLimit) until the
-// requests in flight are down to it, and the mean latency of the next few
-// requests becomes base. The probe drains the queue, so base measures the
-// service time and not a standing queue (without it, base would drift up
-// with the queue and the limit with it, the known weakness of Gradient2);
-// and a server that became slower, not queued, gets its limit back within
-// one probe. A probe ends after 8 windows at most. A server whose latency
-// stays near base never probes.
-
-// Classes: a first attempt may use the whole limit, a retry RetryShare of
-// it, and a caller already retrying half-way between, so under overload,
-// when the limit is full, retries are refused first.
+// (Little's law, for a server that serves in order or shares its CPU),
+// and admits it when expected <= base + Target x share of its class,
+// where base is the lowest mean latency of successful requests over the
+// last 128 windows before the overload, and, when the request has a
+// deadline, expected <= its remaining time. Retries go first (Class).
+// Overload ends after 2 windows in a row in which arrivals, refused ones
+// included, did not exceed completions.
 //
-// Deadlines: a request is refused, while other requests are in flight,
-// when its remaining deadline is shorter than the latency it can expect:
-// the least latency of the last window, or, when longer, the requests in
-// flight (itself included) times the busy time per request finished in
-// the last window (Little's law: what a FIFO server needs to reach it).
-// Busy time is the time the server had requests in flight, bounded above
-// by both the window's length and the sum of its latencies: on a busy
-// server it is the window, so the time per request is one over the
-// throughput; on a quiet one it is the service time, not the gap between
-// arrivals. The estimate is used only while it is fresh: with nothing in
-// flight, or when no measured request ended for 4 windows (refused
-// requests measure nothing, and requests that stay in flight a long time
-// could otherwise keep a stale estimate refusing everything), the request
-// is admitted and the next window measures again.
+// One state looks like overload and is not: a closed loop of callers
+// that was refused once sends again at once, so that its refused
+// arrivals exceed completions forever. Every 50 windows of overload,
+// Wait holds the requests it refuses for 2 windows before it answers:
+// a closed loop's callers then wait, and its arrivals fall by half or
+// more in the second window, while an open loop's do not. A fall ends
+// the overload.
 //
-// Queue: with Config.QueueSize, Wait lets a request that meets a full
-// limit wait for a slot, briefly (CoDel and adaptive LIFO, see Wait).
-// Without it (the default) such a request is refused at once.
+// With Config.MaxInFlight, a fixed cap applies too, and Config.QueueSize
+// lets a request that meets it wait for a slot (see Wait).
 //
-// Acquire and Release allocate nothing; Acquire takes no lock, Release
-// takes one mutex briefly (and the queue's, while requests wait). A
-// Limiter must be created with New.
+// Acquire and Release allocate nothing and take no lock, but once per
+// window, when one of them takes a short one. A Limiter must be created
+// with New.
 type Limiter struct {
 	clk      Clock
 	sys      bool // clk is the system clock: use time.Since
 	origin   time.Time
 	cfg      Config
-	retryPM  int64 // Config.RetryShare x 1000
+	capAll   int64 // MaxInFlight
+	capRetry int64
+	capMid   int64
+	retryPM  int64 // RetryShare x 1000
 	middlePM int64 // half-way between retryPM and 1000
 
-	_        [64]byte
+	_ [64]byte
+	// Written by every request: one cache line.
 	inflight atomic.Int64
-	limit    atomic.Int64
-	needed   atomic.Int64 // nanoseconds: the least latency of the last window
-	perDone  atomic.Int64 // nanoseconds of busy time per request finished in the last window
-	waiting  atomic.Int64 // requests in the queue or about to enter it
-	lastDone atomic.Int64 // nanoseconds since origin: when a measured request last ended
-	_        [16]byte     // the six counters above and this fill one 64-byte line
-	rejected [numReasons]atomic.Int64
+	arrived  atomic.Int64 // admitted, since New
+	refused  atomic.Int64 // refused by the overload and deadline rules, since New
+	done     atomic.Int64 // completions (Measured and Failed), since New
+	latSum   atomic.Int64 // nanoseconds of Measured latencies, since New
+	latN     atomic.Int64
+	_        [16]byte
+	// Read by every request, written once per window.
+	winEnd     atomic.Int64 // nanoseconds since origin
+	overloaded atomic.Bool
+	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
+	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
+	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
+	waitingN   atomic.Int64                  // requests in the queue or about to enter it
+	rejected   [numReasons]atomic.Int64
 
 	q queue
 
-	mu          sync.Mutex
-	winStart    int64 // nanoseconds since origin; -1 before the first sample
-	sum, count  int64
-	least       int64
-	maxInflight int64
-	windows     int     // windows since the last probe
-	wasQueued   bool    // the last window's latency was above Tolerance x base
-	base        float64 // nanoseconds: the latency without a queue
-	est         float64 // the limit, before rounding down
-
+	mu sync.Mutex
+	// Guarded by mu.
+	winStart   int64
+	last       snapshot // the counters at winStart
+	hist       [historyWindows]window
+	histN      int // windows recorded, up to historyWindows
+	histAt     int // index of the next one
+	growthRun  int
+	calmRun    int
+	base       int64 // nanoseconds
+	overSince  int64 // windows since the overload started
 	probing    bool
-	probeStart int64 // nanoseconds since origin
-	probeLimit int64
-	drainedAt  int64 // when the queue from before the probe had gone; -1 before
-	psum, pn   int64 // latencies of requests admitted after drainedAt
+	probeMid   int64 // offered arrivals at the probe's half-way point
+	probeStart snapshot
+	probeRate  float64 // offered arrivals per nanosecond before the probe
+}
+
+// snapshot is the cumulative counters at one time.
+type snapshot struct {
+	arrived, refused, done, latSum, latN int64
+}
+
+func (l *Limiter) counters() snapshot {
+	return snapshot{l.arrived.Load(), l.refused.Load(), l.done.Load(), l.latSum.Load(), l.latN.Load()}
+}
+
+// window is what one window saw.
+type window struct {
+	dur                    int64
+	arrived, refused, done int64
+	mean                   int64 // of Measured latencies; 0 with fewer than minSamples
+	inflight               int64 // at its end
+	over                   bool  // the server was overloaded during it
 }
 
 // reason indexes the rejection counters.
@@ -309,6 +322,7 @@ const (
 	reasonLimit reason = iota
 	reasonDeadline
 	reasonQueue
+	reasonOverload
 	numReasons
 )
 
@@ -319,16 +333,18 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{
-		clk:      cfg.Clock,
-		cfg:      cfg,
-		retryPM:  int64(math.Round(cfg.RetryShare * 1000)),
-		winStart: -1,
-		est:      float64(cfg.InitialLimit),
+		clk:     cfg.Clock,
+		cfg:     cfg,
+		capAll:  int64(cfg.MaxInFlight),
+		retryPM: int64(math.Round(cfg.RetryShare * 1000)),
 	}
 	l.middlePM = (l.retryPM + 1000) / 2
+	l.capRetry = l.classCap(ClassRetry)
+	l.capMid = l.classCap(ClassUpstreamRetrying)
 	_, l.sys = l.clk.(clock.Real)
 	l.origin = l.clk.Now()
-	l.limit.Store(int64(cfg.InitialLimit))
+	l.winEnd.Store(int64(cfg.Window))
+	l.setThresholds()
 	return l, nil
 }
 
@@ -345,47 +361,84 @@ func (l *Limiter) now() (int64, time.Time) {
 	return int64(t.Sub(l.origin)), t
 }
 
-// classLimit returns the number of requests in flight below which a
-// request of class c is admitted.
-func (l *Limiter) classLimit(c Class, limit int64) int64 {
+// share returns the share of Target, in thousandths, that class c may
+// wait.
+func (l *Limiter) share(c Class) int64 {
 	switch c {
 	case ClassRetry:
-		return max(limit*l.retryPM/1000, 1)
+		return l.retryPM
 	case ClassUpstreamRetrying:
-		return max(limit*l.middlePM/1000, 1)
+		return l.middlePM
 	}
-	return limit
+	return 1000
+}
+
+// classCap returns the requests in flight below which a request of class
+// c is admitted under MaxInFlight; 0 without a cap.
+func (l *Limiter) classCap(c Class) int64 {
+	if l.capAll == 0 {
+		return 0
+	}
+	return max(l.capAll*l.share(c)/1000, 1)
+}
+
+// capOf returns classCap(c), precomputed.
+func (l *Limiter) capOf(c Class) int64 {
+	switch c {
+	case ClassRetry:
+		return l.capRetry
+	case ClassUpstreamRetrying:
+		return l.capMid
+	}
+	return l.capAll
+}
+
+// setThresholds publishes base + Target x share for every class. l.mu is
+// held, or l is new.
+func (l *Limiter) setThresholds() {
+	for c := range Class(numClasses) {
+		l.threshold[c].Store(l.base + int64(l.cfg.Target)*l.share(c)/1000)
+	}
 }
 
 // Acquire admits a request of class c whose caller waits until deadline
-// (the zero time: no deadline), or refuses it with ErrLimit or
-// ErrDeadline. It never waits: with a queue (Config.QueueSize), it takes
-// a free slot only when no waiting request goes first. An admitted
-// request must call the Permit's Release exactly once when it ends.
+// (the zero time: no deadline), or refuses it with ErrOverload,
+// ErrDeadline or ErrLimit. It never waits: with a queue
+// (Config.QueueSize), it takes a free slot only when no waiting request
+// goes first. An admitted request must call the Permit's Release exactly
+// once when it ends.
 func (l *Limiter) Acquire(c Class, deadline time.Time) (Permit, error) {
 	return l.acquire(context.Background(), false, c, deadline)
 }
 
 // acquire is Acquire (queue false) and Wait.
 func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline time.Time) (Permit, error) {
+	if c < 0 || c >= numClasses {
+		c = ClassFirst
+	}
 	at, now := l.now()
-	cur := l.inflight.Load()
-	if !deadline.IsZero() && cur > 0 && at-l.lastDone.Load() <= slowWindows*int64(l.cfg.Window) {
-		if need := max(l.needed.Load(), (cur+1)*l.perDone.Load()); need > 0 && int64(deadline.Sub(now)) < need {
-			l.rejected[reasonDeadline].Add(1)
-			return Permit{}, ErrDeadline
+	if at >= l.winEnd.Load() {
+		l.roll(at)
+	}
+	if l.overloaded.Load() {
+		if err := l.overload(c, deadline, now); err != nil {
+			l.refused.Add(1)
+			if queue {
+				l.holdRefusal(ctx)
+			}
+			return Permit{}, err
 		}
 	}
-	hasQueue := l.cfg.QueueSize > 0
-	if !hasQueue || l.waiting.Load() == 0 {
-		lim := l.classLimit(c, l.limit.Load())
-		for cur < lim {
-			if l.inflight.CompareAndSwap(cur, cur+1) {
-				return Permit{l: l, start: at}, nil
-			}
-			cur = l.inflight.Load()
+	if l.capAll == 0 {
+		l.inflight.Add(1)
+		l.arrived.Add(1)
+		return Permit{l: l, start: at}, nil
+	}
+	if l.cfg.QueueSize == 0 || l.waiting() == 0 {
+		if p, ok := l.take(c, at); ok {
+			return p, nil
 		}
-		if !hasQueue {
+		if l.cfg.QueueSize == 0 {
 			l.rejected[reasonLimit].Add(1)
 			return Permit{}, ErrLimit
 		}
@@ -393,17 +446,68 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	return l.enqueue(ctx, queue, c, deadline, at, now)
 }
 
+// overload applies the overload rule to a request of class c: nil to
+// admit it, or the reason to refuse it.
+func (l *Limiter) overload(c Class, deadline, now time.Time) error {
+	per := l.perDone.Load()
+	if per == 0 {
+		return nil // nothing completed lately: nothing to expect
+	}
+	expected := (l.inflight.Load() + 1) * per
+	if !deadline.IsZero() && int64(deadline.Sub(now)) < expected {
+		l.rejected[reasonDeadline].Add(1)
+		return ErrDeadline
+	}
+	if expected > l.threshold[c].Load() {
+		l.rejected[reasonOverload].Add(1)
+		return ErrOverload
+	}
+	return nil
+}
+
+// holdRefusal waits, while a probe runs, until it ends or ctx does, so
+// that a closed loop's callers pause (see Limiter).
+func (l *Limiter) holdRefusal(ctx context.Context) {
+	h := l.hold.Load()
+	if h == nil {
+		return
+	}
+	select {
+	case <-*h:
+	case <-ctx.Done():
+	}
+}
+
+// take admits a request of class c if the requests in flight are below
+// its cap.
+func (l *Limiter) take(c Class, at int64) (Permit, bool) {
+	lim := l.capOf(c)
+	for cur := l.inflight.Load(); cur < lim; cur = l.inflight.Load() {
+		if l.inflight.CompareAndSwap(cur, cur+1) {
+			l.arrived.Add(1)
+			return Permit{l: l, start: at}, true
+		}
+	}
+	return Permit{}, false
+}
+
 // Outcome is how an admitted request ended, for Release.
 type Outcome int
 
 // The outcomes.
 const (
-	// Measured: the request's latency is a sample of the server's
-	// latency (whether it succeeded or failed).
+	// Measured: the request was served, and its latency is a sample of
+	// the server's latency without a queue.
 	Measured Outcome = iota
-	// Ignored: the request's latency says nothing about the server's (a
-	// long-lived stream); it frees its slot only.
+	// Ignored: the request is no sign of the server's rate or latency (a
+	// long-lived stream, a request whose caller left while it waited); it
+	// frees its slot only.
 	Ignored
+	// Failed: the request ended with an error. It counts as a completion,
+	// but its latency is no sample: failures are often fast (a failing
+	// dependency), and would make the server's latency without a queue
+	// look shorter than it is.
+	Failed
 )
 
 // Permit is an admitted request. The zero Permit is valid and does
@@ -413,134 +517,243 @@ type Permit struct {
 	start int64
 }
 
-// Release ends the request: it frees its slot and, for Measured, records
-// its latency, updating the limit at the end of a window. Call it exactly
-// once per admitted request.
+// Release ends the request: it frees its slot and counts it as Outcome
+// o. Call it exactly once per admitted request.
 func (p Permit) Release(o Outcome) {
 	l := p.l
 	if l == nil {
 		return
 	}
-	inflight := l.inflight.Add(-1) + 1
-	if o == Measured {
+	l.inflight.Add(-1)
+	if o == Measured || o == Failed {
 		at, _ := l.now()
-		l.record(at, p.start, inflight)
+		if o == Measured {
+			l.latSum.Add(max(at-p.start, 0))
+			l.latN.Add(1)
+		}
+		l.done.Add(1)
+		if at >= l.winEnd.Load() {
+			l.roll(at)
+		}
 	}
-	if l.waiting.Load() > 0 {
+	if l.cfg.QueueSize > 0 && l.waiting() > 0 {
 		l.dispatch()
 	}
 }
 
-// record adds the latency of a request admitted at start (nanoseconds
-// since origin) that ended at at, with inflight requests in flight, and
-// ends the window or the probe when due.
-func (l *Limiter) record(at, start, inflight int64) {
-	rtt := max(at-start, 0)
-	w := int64(l.cfg.Window)
+// roll ends the window when it is due at at: it records what the window
+// saw, updates the estimates, and starts or ends the overload.
+func (l *Limiter) roll(at int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lastDone.Store(at)
-	if l.winStart < 0 || at < l.winStart {
-		l.winStart = at // the first sample, or a clock that went back
+	w := int64(l.cfg.Window)
+	if at < l.winStart {
+		l.winStart = at // a clock that went back
 	}
+	if at < l.winEnd.Load() {
+		return // another caller rolled meanwhile
+	}
+	cur := l.counters()
+	d := snapshot{cur.arrived - l.last.arrived, cur.refused - l.last.refused, cur.done - l.last.done,
+		cur.latSum - l.last.latSum, cur.latN - l.last.latN}
+	dur := at - l.winStart
+	if d.arrived+d.refused+d.done < minEvents && dur < maxWindows*w {
+		l.winEnd.Store(at + w/2)
+		return
+	}
+	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done,
+		inflight: l.inflight.Load(), over: l.overloaded.Load()}
+	if d.latN >= minSamples {
+		win.mean = d.latSum / d.latN
+	}
+	l.hist[l.histAt] = win
+	l.histAt = (l.histAt + 1) % historyWindows
+	l.histN = min(l.histN+1, historyWindows)
+	l.last, l.winStart = cur, at
+	l.winEnd.Store(at + w)
+	l.perDone.Store(l.timePerDone())
+	if l.overloaded.Load() {
+		l.whileOverloaded(win, at)
+	} else {
+		l.whileNot(win)
+	}
+}
+
+// recent returns the i-th most recent window (0: the last one). l.mu is
+// held; i < l.histN.
+func (l *Limiter) recent(i int) *window {
+	return &l.hist[(l.histAt-1-i+2*historyWindows)%historyWindows]
+}
+
+// timePerDone returns the nanoseconds per completion over the last
+// rateWindows windows, 0 when none completed. l.mu is held.
+func (l *Limiter) timePerDone() int64 {
+	var dur, done int64
+	for i := range min(rateWindows, l.histN) {
+		w := l.recent(i)
+		dur += w.dur
+		done += w.done
+	}
+	if done == 0 {
+		return 0
+	}
+	return dur / done
+}
+
+// whileNot is the window's end while the server is not overloaded: the
+// base, and the start of an overload. l.mu is held.
+func (l *Limiter) whileNot(win window) {
+	base := int64(0)
+	for i := range l.histN {
+		if w := l.recent(i); w.mean > 0 && !w.over && (base == 0 || w.mean < base) {
+			base = w.mean
+		}
+	}
+	if base != 0 && base != l.base {
+		// With no sample in the history (an outage whose requests all
+		// failed), the last base stays.
+		l.base = base
+		l.setThresholds()
+	}
+	if float64(win.arrived) >= (1+growthShare)*float64(win.done)+growthMargin {
+		l.growthRun++
+	} else {
+		l.growthRun = 0
+	}
+	if l.growthRun < growthWindows {
+		return
+	}
+	// The growth must go past the most in flight before it began.
+	highest := int64(0)
+	for i := l.growthRun; i < l.histN; i++ {
+		highest = max(highest, l.recent(i).inflight)
+	}
+	per := l.perDone.Load()
+	if win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
+		return
+	}
+	l.overloaded.Store(true)
+	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
+}
+
+// whileOverloaded is the window's end while the server is overloaded:
+// its end, and the probes. l.mu is held.
+func (l *Limiter) whileOverloaded(win window, at int64) {
+	l.overSince++
+	if win.arrived+win.refused <= win.done {
+		l.calmRun++
+	} else {
+		l.calmRun = 0
+	}
+	if l.calmRun >= calmWindows {
+		l.endOverload()
+		return
+	}
+	if !l.probing && l.overSince%probeEvery == 0 {
+		l.startProbe(at)
+	}
+}
+
+// endOverload ends the overload, and a probe with it. l.mu is held.
+func (l *Limiter) endOverload() {
+	l.overloaded.Store(false)
+	l.growthRun, l.calmRun = 0, 0
 	if l.probing {
-		// Only requests admitted once the requests from before the probe
-		// are gone measure the latency without their queue.
-		if l.drainedAt >= 0 && start >= l.drainedAt {
-			l.psum += rtt
-			l.pn++
-		}
-		if l.drainedAt < 0 && inflight-1 <= l.probeLimit {
-			l.drainedAt = at
-		}
-		if l.pn < minSamples && at-l.probeStart < probeTimeout*w && at >= l.probeStart {
-			return
-		}
-		if l.pn > 0 {
-			l.base = float64(l.psum) / float64(l.pn)
-		}
 		l.probing = false
-		l.limit.Store(int64(l.est))
-		l.winStart, l.sum, l.count, l.maxInflight = at, 0, 0, 0
-		return
+		if h := l.hold.Swap(nil); h != nil {
+			close(*h)
+		}
 	}
-	if l.count == 0 || rtt < l.least {
-		l.least = rtt
-	}
-	l.sum += rtt
-	l.count++
-	l.maxInflight = max(l.maxInflight, inflight)
-	if age := at - l.winStart; age < w || (l.count < minSamples && age < slowWindows*w) {
-		return
-	}
-	// Busy time is at most the window and at most the sum of the
-	// latencies: at low load the window is mostly idle, and the gap
-	// between arrivals is not what a request needs.
-	l.perDone.Store(min(at-l.winStart, l.sum) / l.count)
-	l.update(at)
-	l.winStart, l.sum, l.count, l.maxInflight = at, 0, 0, 0
 }
 
-// update ends a window at time at: the gradient step, and the start of a
-// probe when one is due. Called with mu held.
-func (l *Limiter) update(at int64) {
-	short := max(float64(l.sum)/float64(l.count), 1)
-	if l.base == 0 || short < l.base {
-		l.base = short
+// startProbe starts a probe: refusals are held for probeWindows windows,
+// and the offered arrivals of the second half compared with those before
+// (see Limiter). l.mu is held.
+func (l *Limiter) startProbe(at int64) {
+	var dur, offered int64
+	for i := range min(rateWindows, l.histN) {
+		w := l.recent(i)
+		dur += w.dur
+		offered += w.arrived + w.refused
 	}
-	gradient := min(max(l.cfg.Tolerance*l.base/short, minGradient), maxGradient)
-	next := l.est*gradient + max(1, math.Log10(l.est))
-	used := float64(l.maxInflight)*2 >= l.est
-	if !used {
-		// The server uses less than half the limit: the latency says
-		// nothing about a larger one, so do not grow.
-		next = min(next, l.est)
-	}
-	smoothing := smoothUp
-	if next < l.est {
-		smoothing = smoothDown
-	}
-	l.est = l.est*(1-smoothing) + next*smoothing
-	l.est = min(max(l.est, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))
-	l.needed.Store(l.least)
-	l.windows++
-	queued := gradient < 1 && l.wasQueued
-	l.wasQueued = gradient < 1
-	if l.windows >= probeEvery && used && queued {
-		// Probe: quarter the limit until the queue is down to it and a
-		// few requests admitted after that have measured the latency.
-		l.windows = 0
-		l.probing, l.probeStart, l.drainedAt, l.psum, l.pn = true, at, -1, 0, 0
-		l.probeLimit = max(int64(l.est)/4, int64(l.cfg.MinLimit))
-		l.limit.Store(l.probeLimit)
+	if dur == 0 || offered == 0 {
 		return
 	}
-	l.limit.Store(int64(l.est))
+	l.probing = true
+	l.probeRate = float64(offered) / float64(dur)
+	h := make(chan struct{})
+	l.hold.Store(&h)
+	half := time.Duration(probeWindows * l.cfg.Window / 2)
+	l.afterFunc(half, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.probing && l.hold.Load() == &h {
+			l.probeStart = l.counters()
+			l.probeMid, _ = l.now()
+		}
+	})
+	l.afterFunc(2*half, func() { l.endProbe(&h) })
 }
 
-// Limit returns the current limit.
-func (l *Limiter) Limit() int { return int(l.limit.Load()) }
+// endProbe ends the probe that holds h: a closed loop ends the overload.
+func (l *Limiter) endProbe(h *chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.probing || l.hold.Load() != h {
+		return
+	}
+	at, _ := l.now()
+	c := l.counters()
+	offered := (c.arrived + c.refused) - (l.probeStart.arrived + l.probeStart.refused)
+	dur := at - l.probeMid
+	l.probing = false
+	l.hold.Store(nil)
+	close(*h)
+	if dur > 0 && float64(offered)/float64(dur) < closedRatio*l.probeRate {
+		// The callers paused when their refusals did: a closed loop.
+		l.endOverload()
+	}
+}
+
+// waiting returns the requests in the queue or about to enter it.
+func (l *Limiter) waiting() int64 { return l.waitingN.Load() }
+
+// Limit returns Config.MaxInFlight, the fixed cap (0: none).
+func (l *Limiter) Limit() int { return int(l.capAll) }
 
 // InFlight returns the number of admitted requests not yet released.
 func (l *Limiter) InFlight() int { return int(l.inflight.Load()) }
 
-// Latency returns the least latency of the last window: what the server
-// currently needs to serve a request, below which a deadline is refused.
-// Zero before the first window ended.
-func (l *Limiter) Latency() time.Duration { return time.Duration(l.needed.Load()) }
+// Overloaded reports whether the server is overloaded now: requests
+// arrive faster than it completes them (see Limiter).
+func (l *Limiter) Overloaded() bool { return l.overloaded.Load() }
+
+// Latency returns the latency a new request can expect, (in flight + 1)
+// x the time per completion over the last windows; zero before anything
+// completed.
+func (l *Limiter) Latency() time.Duration {
+	return time.Duration((l.inflight.Load() + 1) * l.perDone.Load())
+}
 
 // Stats is a snapshot of a Limiter, for metrics.
 type Stats struct {
+	// Limit is Config.MaxInFlight (0: no cap).
 	Limit    int
 	InFlight int
-	// Latency is Limiter.Latency.
+	// Overloaded is Limiter.Overloaded.
+	Overloaded bool
+	// Latency is Limiter.Latency: what a new request can expect.
 	Latency time.Duration
+	// Base is the lowest mean latency of successful requests over the
+	// recent windows before any overload: the server's latency without a
+	// queue, to which the target is added.
+	Base time.Duration
 	// Queue is the number of requests waiting in the queue (Wait).
 	Queue int
-	// RejectedLimit, RejectedDeadline and RejectedQueue count the
-	// requests refused with ErrLimit, ErrDeadline and ErrQueueTimeout
-	// since New.
-	RejectedLimit, RejectedDeadline, RejectedQueue int64
+	// RejectedOverload, RejectedDeadline, RejectedLimit and RejectedQueue
+	// count the requests refused with ErrOverload, ErrDeadline, ErrLimit
+	// and ErrQueueTimeout since New.
+	RejectedOverload, RejectedDeadline, RejectedLimit, RejectedQueue int64
 }
 
 // Stats returns a snapshot of l.
@@ -548,10 +761,18 @@ func (l *Limiter) Stats() Stats {
 	return Stats{
 		Limit:            l.Limit(),
 		InFlight:         l.InFlight(),
+		Overloaded:       l.Overloaded(),
 		Latency:          l.Latency(),
-		RejectedLimit:    l.rejected[reasonLimit].Load(),
-		RejectedDeadline: l.rejected[reasonDeadline].Load(),
+		Base:             l.baseLatency(),
 		Queue:            l.Queue(),
+		RejectedOverload: l.rejected[reasonOverload].Load(),
+		RejectedDeadline: l.rejected[reasonDeadline].Load(),
+		RejectedLimit:    l.rejected[reasonLimit].Load(),
 		RejectedQueue:    l.rejected[reasonQueue].Load(),
 	}
+}
+
+// baseLatency returns the server's latency without a queue (Stats.Base).
+func (l *Limiter) baseLatency() time.Duration {
+	return time.Duration(l.threshold[ClassFirst].Load() - int64(l.cfg.Target))
 }

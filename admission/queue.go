@@ -20,8 +20,8 @@ type Timers interface {
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
-// Wait is Acquire with a queue: when the limit for class c is full and
-// Config.QueueSize is not zero, the request waits for a slot, and Wait
+// Wait is Acquire with a queue: when Config.MaxInFlight is reached for
+// class c and Config.QueueSize is not zero, the request waits for a slot, and Wait
 // returns when it gets one, when it has waited the longest wait
 // (ErrQueueTimeout), when the queue is full and a more valuable request
 // takes its place (ErrLimit), or when ctx ends (ctx.Err(), and the
@@ -33,14 +33,18 @@ type Timers interface {
 // QueueTimeout it is backed up, and the newest waiters are served first
 // (the oldest are the most likely to have been given up by their
 // callers), and no one waits longer than Config.QueueTarget. A waiter
-// never waits past its deadline less the latency the server currently
-// needs. Class order holds in the queue: a waiter is served only when no
+// never waits past its deadline less the server's latency without a
+// queue (Stats.Base). Class order holds in the queue: a waiter is served only when no
 // more valuable request waits, and when the queue is full, a newcomer
 // takes the place of the oldest waiter of a less valuable class (or, when
 // backed up, of its own class).
 //
 // The latency a Permit reports starts when the request gets its slot:
 // the time in the queue is not the server's latency.
+//
+// Wait also applies the overload rule, as Acquire does, and while a
+// probe runs it holds a request it refuses until the probe ends or ctx
+// does (see Limiter).
 func (l *Limiter) Wait(ctx context.Context, c Class, deadline time.Time) (Permit, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -135,7 +139,7 @@ func (l *Limiter) remove(w *waiter, p Permit, err error) {
 	l.q.lists[w.class].remove(w)
 	w.queued = false
 	l.q.n--
-	l.waiting.Add(-1)
+	l.waitingN.Add(-1)
 	w.p, w.err = p, err
 	close(w.ready)
 }
@@ -182,18 +186,6 @@ func (l *Limiter) goesFirst(c Class, backedUp bool) bool {
 	return true
 }
 
-// take admits a request of class c if the requests in flight are below
-// its limit.
-func (l *Limiter) take(c Class, at int64) (Permit, bool) {
-	lim := l.classLimit(c, l.limit.Load())
-	for cur := l.inflight.Load(); cur < lim; cur = l.inflight.Load() {
-		if l.inflight.CompareAndSwap(cur, cur+1) {
-			return Permit{l: l, start: at}, true
-		}
-	}
-	return Permit{}, false
-}
-
 // dispatch gives free slots to waiters, in order, as long as their class
 // limit allows.
 func (l *Limiter) dispatch() {
@@ -214,19 +206,16 @@ func (l *Limiter) dispatch() {
 // enqueue is acquire's slow path, with a queue: take a free slot when no
 // waiter goes first, else (queue true) wait in the queue.
 func (l *Limiter) enqueue(ctx context.Context, queue bool, c Class, deadline time.Time, at int64, now time.Time) (Permit, error) {
-	if c < 0 || c >= numClasses {
-		c = ClassFirst // as classLimit reads it
-	}
 	q := &l.q
 	q.mu.Lock()
 	// Count the request before it looks at the slots: a Release that
 	// frees one after this sees it and dispatches.
-	l.waiting.Add(1)
+	l.waitingN.Add(1)
 	l.expireStale(at)
 	backedUp := l.backedUp(at)
 	if l.goesFirst(c, backedUp) {
 		if p, ok := l.take(c, at); ok {
-			l.waiting.Add(-1)
+			l.waitingN.Add(-1)
 			q.mu.Unlock()
 			return p, nil
 		}
@@ -236,10 +225,10 @@ func (l *Limiter) enqueue(ctx context.Context, queue bool, c Class, deadline tim
 		wait = l.cfg.QueueTarget
 	}
 	if !deadline.IsZero() {
-		wait = min(wait, deadline.Sub(now)-time.Duration(l.needed.Load()))
+		wait = min(wait, deadline.Sub(now)-l.baseLatency())
 	}
 	if !queue || wait <= 0 || q.n >= l.cfg.QueueSize && !l.evict(c, backedUp) {
-		l.waiting.Add(-1)
+		l.waitingN.Add(-1)
 		q.mu.Unlock()
 		l.rejected[reasonLimit].Add(1)
 		return Permit{}, ErrLimit

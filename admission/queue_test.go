@@ -132,7 +132,7 @@ func (qt *queueTest) hold(n int) []Permit {
 }
 
 func fixed(limit, queue int) Config {
-	return Config{InitialLimit: limit, MinLimit: limit, MaxLimit: limit, QueueSize: queue,
+	return Config{MaxInFlight: limit, QueueSize: queue,
 		QueueTimeout: 100 * time.Millisecond, QueueTarget: 50 * time.Millisecond}
 }
 
@@ -253,7 +253,7 @@ func TestQueueCancelAfterGrant(t *testing.T) {
 	held := qt.hold(1)
 	w := &waiter{class: ClassFirst, queued: true, ready: make(chan struct{})}
 	qt.l.q.mu.Lock()
-	qt.l.waiting.Add(1)
+	qt.l.waitingN.Add(1)
 	qt.l.q.lists[ClassFirst].push(w)
 	qt.l.q.n++
 	qt.l.q.mu.Unlock()
@@ -332,7 +332,7 @@ func TestQueueFull(t *testing.T) {
 }
 
 func TestNoQueueByDefault(t *testing.T) {
-	qt := newQueueTest(t, Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1})
+	qt := newQueueTest(t, Config{MaxInFlight: 1})
 	held := qt.hold(1)
 	defer held[0].Release(Ignored)
 	if _, err := qt.l.Wait(context.Background(), ClassFirst, time.Time{}); !errors.Is(err, ErrLimit) {
@@ -343,6 +343,7 @@ func TestNoQueueByDefault(t *testing.T) {
 func TestQueueConfig(t *testing.T) {
 	for _, cfg := range []Config{
 		{QueueSize: -1},
+		{QueueSize: 1}, // a queue needs MaxInFlight
 		{QueueTimeout: -time.Second},
 		{QueueTarget: -time.Second},
 		{QueueTimeout: time.Millisecond, QueueTarget: 2 * time.Millisecond},
@@ -351,7 +352,7 @@ func TestQueueConfig(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
-	l, err := New(Config{QueueSize: 4, QueueTimeout: 2 * time.Millisecond})
+	l, err := New(Config{MaxInFlight: 1, QueueSize: 4, QueueTimeout: 2 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +364,7 @@ func TestQueueConfig(t *testing.T) {
 // Parallel waiters on the system clock: every one ends admitted or
 // timed out, and nothing is left in flight or in the queue.
 func TestQueueStress(t *testing.T) {
-	l, err := New(Config{InitialLimit: 2, MinLimit: 2, MaxLimit: 2, QueueSize: 4, QueueTimeout: time.Millisecond, QueueTarget: time.Millisecond})
+	l, err := New(Config{MaxInFlight: 2, QueueSize: 4, QueueTimeout: time.Millisecond, QueueTarget: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,8 +54,12 @@ type ServingConfig struct {
 	// the new state), whatever the number of clients.
 	Trial time.Duration
 
-	// TrialFailures is the number of failures in a row, with nothing
-	// served, that end a trial. Zero means DefaultTrialFailures (2).
+	// TrialFailures decides a trial: it ends when the server has failed
+	// TrialFailures more of the trial's requests than it served, and
+	// passes (the server serves as usual again) when it has served as
+	// many more than it failed. Zero means DefaultTrialFailures (2): a
+	// server that is back passes on its first two answers, one that fails
+	// 95 % of its requests fails 99.7 % of its trials.
 	TrialFailures int
 
 	// Clock is the time source. Nil means the system clock.
@@ -106,8 +110,11 @@ func (c ServingConfig) normalize() (ServingConfig, error) {
 // not taken for dead at any rate (it is when it then serves nothing for
 // 64 requests). Its clients, which see its
 // health, stop sending it requests; after Trial it serves again on trial,
-// and TrialFailures failures in a row, of requests that started during
-// the trial, end it. Anything served makes it serving at once.
+// which TrialFailures more failures than served answers, of requests that
+// started during the trial, end, and as many more served answers pass.
+// Only a trial makes it serving again: so a server that fails nearly
+// everything stays not serving, with a short trial every Trial, rather
+// than flapping with every answer it happens to serve.
 //
 // Why the server decides, and not each client: a server sees the requests
 // of all its clients. A fleet of a thousand quiet clients each sees one
@@ -133,6 +140,7 @@ type Serving struct {
 	runStart time.Duration
 	downAt   time.Duration
 	downs    int64
+	balance  int // during a trial: served minus failed answers
 	// meanRun is the mean number of failures (a moving average, weight
 	// 1/16) of the runs of failures that ended with something served.
 	meanRun float64
@@ -174,21 +182,22 @@ func (s *Serving) RecordFrom(epoch uint64, served bool) (changed bool) {
 	now := s.elapsed()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if served {
-		if s.run > 0 && !s.trial {
+	switch {
+	case !s.serving:
+		// Only a trial makes a server that is not serving serve again:
+		// the answers of clients that do not watch its health, served or
+		// not, say nothing of whether it serves enough to be called
+		// (a server that fails 95 % of its requests used to flip to
+		// serving on each of the other 5 %).
+		return false
+	case s.trial:
+		return s.trialAnswer(epoch, served)
+	case served:
+		if s.run > 0 {
 			s.meanRun += (float64(s.run) - s.meanRun) / 16
 		}
-		s.run, s.trial = 0, false
-		changed = !s.serving
-		s.serving = true
+		s.run = 0
 		s.fast.Store(true)
-		return changed
-	}
-	if !s.serving || s.trial && epoch < s.epoch.Load() {
-		// A client that does not watch the server's health still sends
-		// requests; their failures keep the server not serving until
-		// its trial. And a request from before the trial says nothing
-		// of it.
 		return false
 	}
 	s.fast.Store(false)
@@ -197,16 +206,44 @@ func (s *Serving) RecordFrom(epoch uint64, served bool) (changed bool) {
 	}
 	s.run++
 	need := min(max(s.cfg.MinFailures, int(longRuns*s.meanRun)), maxRunFactor*s.cfg.MinFailures)
-	quiet := s.cfg.Quiet
-	if s.trial {
-		need, quiet = s.cfg.TrialFailures, 0
-	}
-	if s.run < need || now-s.runStart < quiet {
+	if s.run < need || now-s.runStart < s.cfg.Quiet {
 		return false
 	}
-	s.serving, s.trial, s.run = false, false, 0
+	s.down(now)
+	return true
+}
+
+// down makes the server not serving at now. The runs of failures seen
+// before are forgotten: after an outage the server is judged afresh, so
+// that one that passes a trial and then fails as before is not serving
+// again after MinFailures, not after the long runs of its history. s.mu
+// is held.
+func (s *Serving) down(now time.Duration) {
+	s.serving, s.trial, s.run, s.balance, s.meanRun = false, false, 0, 0, 0
 	s.downAt = now
 	s.downs++
+}
+
+// trialAnswer counts an answer during a trial: TrialFailures more served
+// than failed answers pass it (the full rule applies again), as many more
+// failed ones end it. A failure of a request that started before the
+// trial says nothing of it (a handler that waited on a dead database
+// since before it may fail after the database is back). s.mu is held.
+func (s *Serving) trialAnswer(epoch uint64, served bool) (changed bool) {
+	if served {
+		if s.balance++; s.balance >= s.cfg.TrialFailures {
+			s.trial, s.run, s.balance = false, 0, 0
+			s.fast.Store(true)
+		}
+		return false
+	}
+	if epoch < s.epoch.Load() {
+		return false
+	}
+	if s.balance--; s.balance > -s.cfg.TrialFailures {
+		return false
+	}
+	s.down(s.elapsed())
 	return true
 }
 
@@ -240,7 +277,7 @@ func (s *Serving) Trial() bool {
 	if s.serving || now-s.downAt < s.cfg.Trial {
 		return false
 	}
-	s.serving, s.trial, s.run = true, true, 0
+	s.serving, s.trial, s.run, s.balance = true, true, 0, 0
 	s.epoch.Add(1)
 	return true
 }

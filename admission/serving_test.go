@@ -76,13 +76,16 @@ func TestServingServedEndsRunAndDown(t *testing.T) {
 	if s.Serving() {
 		t.Fatal("serving after 150 ms of failures")
 	}
-	if !s.Record(true) || !s.Serving() {
-		t.Fatal("a served answer did not make the server serving")
+	// Served answers while not serving (from clients that do not watch
+	// its health) change nothing: only a trial does.
+	if s.Record(true) || s.Record(true) || s.Serving() {
+		t.Fatal("a served answer while not serving made the server serving")
 	}
-	if s.Record(true) {
-		t.Fatal("a second served answer reported a change")
+	clk.Advance(DefaultTrial)
+	if !s.Trial() || s.Record(true) || s.Record(true) {
+		t.Fatal("no trial when due, or a served answer in it reported a change")
 	}
-	// The run starts over: 99 failures are not enough again.
+	// Passed: the run starts over: 99 failures are not enough again.
 	if n := fail(s, clk, 99); n != 0 {
 		t.Fatal("the run did not start over after a served answer")
 	}
@@ -119,9 +122,19 @@ func TestServingTrial(t *testing.T) {
 	if n := fail(s, clk, 1); n != 1 || s.Serving() {
 		t.Fatal("the third failure did not end the trial")
 	}
-	// A trial that is served ends trial mode: the full rule applies again.
+	// A trial that serves three more than it fails passes: the full rule
+	// applies again.
 	clk.Advance(200 * time.Millisecond)
 	s.Trial()
+	s.Record(true)
+	fail(s, clk, 1)
+	s.Record(true)
+	s.Record(true)
+	if n := fail(s, clk, 2); n != 0 {
+		t.Fatal("two failures after one served, a failure and one served ended the trial (balance -1)")
+	}
+	s.Record(true)
+	s.Record(true)
 	s.Record(true)
 	if n := fail(s, clk, 50); n != 0 {
 		t.Fatal("after a served trial, 50 failures over 50 ms changed the state")
@@ -262,5 +275,48 @@ func TestServingTrialIgnoresOlderRequests(t *testing.T) {
 	s.RecordFrom(before, true)
 	if !s.Serving() {
 		t.Fatal("not serving after a served answer")
+	}
+}
+
+// A server that fails 95 % of its own requests, watched by its clients
+// (they send while it says serving, nothing while it says not serving),
+// once not serving stays so but for its short trials, and changes state
+// only at its trials (review finding 6: 57 changes in 20 s and not
+// serving only 57 % of the time, since every answer it happened to serve
+// made it serving again).
+func TestServingNinetyFivePercentStaysDown(t *testing.T) {
+	for seed := range uint64(10) {
+		s, clk := newServing(t, ServingConfig{})
+		rng := rand.New(rand.NewPCG(seed, 6))
+		var serving, elapsed time.Duration
+		changes := 0
+		for elapsed < 20*time.Second { // 1 000 requests/s while serving
+			clk.Advance(time.Millisecond)
+			if s.Downs() > 0 {
+				elapsed += time.Millisecond
+			}
+			if !s.Serving() {
+				if s.TrialIn() == 0 && s.Trial() {
+					changes++
+				}
+				continue
+			}
+			if s.Downs() > 0 {
+				serving += time.Millisecond
+			}
+			if s.Record(rng.Float64() >= 0.95) {
+				changes++
+			}
+			if s.Downs() == 0 && clk.Now().Sub(t0) > time.Minute {
+				t.Fatalf("seed %d: never not serving in a minute", seed)
+			}
+		}
+		if share := float64(serving) / float64(elapsed); share > 0.05 {
+			t.Errorf("seed %d: serving %.1f %% of the 20 s after the first down; want at most 5 %% (its trials)", seed, 100*share)
+		}
+		// A trial every 200 ms, each a change and its end another.
+		if changes > 2*int(20*time.Second/DefaultTrial)+2 {
+			t.Errorf("seed %d: %d changes in 20 s: more than the trials'", seed, changes)
+		}
 	}
 }

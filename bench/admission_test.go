@@ -54,7 +54,7 @@ func BenchmarkServerAdmission(b *testing.B) {
 //	benchstat -col /impl out.txt
 func BenchmarkLimiter(b *testing.B) {
 	b.Run("impl=stormguard", func(b *testing.B) {
-		l, err := admission.New(admission.Config{InitialLimit: 10000, MinLimit: 10000, MaxLimit: 10000})
+		l, err := admission.New(admission.Config{MaxInFlight: 10000})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -13,14 +13,15 @@ import (
 	"github.com/stormguard/stormguard/internal/testsvc"
 )
 
-// SlowQueue is the admission queue of the slow scenario's queue stack:
-// 16 waiters, at most 20 ms each, 5 ms once backed up.
-var SlowQueue = admission.Config{QueueSize: 16, QueueTimeout: 20 * time.Millisecond, QueueTarget: 5 * time.Millisecond}
+// SlowQueue is the admission queue of the slow scenario's queue stack: a
+// fixed cap of 8 requests in flight (twice payment's workers), and 16
+// waiters beyond it, at most 20 ms each, 5 ms once backed up.
+var SlowQueue = admission.Config{MaxInFlight: 8, QueueSize: 16, QueueTimeout: 20 * time.Millisecond, QueueTarget: 5 * time.Millisecond}
 
 // slowQueueDesc describes SlowQueue.
 func slowQueueDesc() string {
-	return fmt.Sprintf("stormguard+admission, with the optional queue on every tier's server: QueueSize %d, QueueTimeout %v, QueueTarget %v (CoDel timeouts, LIFO when backed up)",
-		SlowQueue.QueueSize, SlowQueue.QueueTimeout, SlowQueue.QueueTarget)
+	return fmt.Sprintf("stormguard+admission, with a fixed cap and the optional queue on every tier's server: MaxInFlight %d, QueueSize %d, QueueTimeout %v, QueueTarget %v (CoDel timeouts, LIFO when backed up)",
+		SlowQueue.MaxInFlight, SlowQueue.QueueSize, SlowQueue.QueueTimeout, SlowQueue.QueueTarget)
 }
 
 // slowStormguard builds the budget-and-breaker stormguard stack of the

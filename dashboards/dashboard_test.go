@@ -129,7 +129,7 @@ var wantSeries = []string{
 	"stormguard_breaker_transitions_total",
 	"stormguard_budget_ratio",
 	"stormguard_throttle_tokens",
-	"stormguard_admission_limit",
+	"stormguard_admission_overloaded",
 	"stormguard_admission_in_flight",
 	"stormguard_admission_latency_seconds",
 	"stormguard_admission_queue",

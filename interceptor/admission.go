@@ -14,51 +14,46 @@ import (
 	"github.com/stormguard/stormguard/admission"
 )
 
-// MetadataShed marks an answer as admission control's: the server (or,
-// passed up by the tiers above it, a server further down the chain)
-// refused the request to protect itself, and is alive. A stormguard client
-// does not count such an answer against its circuit breaker: the server's
-// own limit already sheds the load, and a breaker that opened on it would
-// refuse the share the server can still serve, and hold users out after
-// the overload ends. The retry budget still counts it as a failure.
+// MetadataShed marks an answer as admission control's: the server
+// refused the request to protect itself, and is alive (busy, not broken).
+// It concerns the tier that was refused only: a tier that gives up on
+// such an answer tells its own caller "do not retry" without it (protocol
+// version 2; version 1 passed it up the chain, and the throttles of
+// healthy tiers above took their neighbours for overloaded). A stormguard
+// client does not count a busy answer against its circuit breaker, and
+// its adaptive throttle slows down for it but never calls the target
+// down (adaptive.Busy); the retry budget counts it as a failure.
 const MetadataShed = "x-stormguard-shed"
 
 // shedMarked reports whether trailer carries MetadataShed.
 func shedMarked(trailer metadata.MD) bool { return len(trailer[MetadataShed]) > 0 }
 
-// dontRetryShed is the "do not retry" trailer of a shed answer.
+// dontRetryShed is the trailer of a refusal that no retry can help.
 var dontRetryShed = metadata.Pairs(MetadataPushback, "-1", MetadataShed, "1")
 
-// dontRetryTrailer returns the "do not retry" trailer for a handler's
-// answer, with MetadataShed when the call that gave up was shed.
-func (st *serverState) dontRetryTrailer() metadata.MD {
-	if st.shed.Load() {
-		return dontRetryShed
-	}
-	return dontRetry
-}
-
-// WithAdmission puts the server interceptors behind admission control: an
-// adaptive concurrency limit derived from latency (see admission.Limiter),
-// checked before the handler runs. Server side.
+// WithAdmission puts the server interceptors behind admission control
+// (see admission.Limiter), checked before the handler runs. Server side.
 //
-// A request is refused, before its handler runs, when its caller is gone
-// (codes.Canceled or DeadlineExceeded, no trailer), when the server is at
-// the limit for the request's class (retries and callers already retrying
-// are refused first, see admission.Class), or when its remaining deadline
-// is shorter than the latency the server currently needs. With a queue
-// (admission.Config.QueueSize, off by default), a request that meets a
-// full limit first waits in it (see admission.Limiter.Wait), and is
-// refused when its wait times out or its caller leaves. A refusal is
+// It refuses a request only while the server is overloaded, that is while
+// requests arrive faster than they complete, and then only one that would
+// wait longer than the latency target (admission.Config.Target, 20 ms, less
+// for retries and callers already retrying, which go first) or than its
+// own deadline. A server at capacity loaded by a fixed number of callers,
+// however long its latency, or a tier whose latency is its dependency's,
+// is never refused anything. It also refuses, before its handler runs, a
+// request whose caller is gone (codes.Canceled or DeadlineExceeded, no
+// trailer); and, with admission.Config.MaxInFlight, a request over that
+// fixed cap (with a queue, after waiting in it). A refusal is
 // codes.Unavailable with the trailer MetadataShed and
 // grpc-retry-pushback-ms:
 //
-//   - a delay of one current latency (at least 1 ms) when a first attempt
-//     met the limit or timed out in the queue: the server was briefly full, and a retry, here or
-//     elsewhere, may succeed;
-//   - -1 ("do not retry") when a retry or a caller already retrying met
-//     the limit (the server is overloaded by retries), or when the
-//     deadline is too short (no retry can beat it).
+//   - a delay of about the latency target (jittered between half and one
+//     and a half of it, at least 1 ms) for a first attempt refused while
+//     overloaded or at the cap: a retry after that, on another replica or
+//     here, may succeed, and a caller that honours the pushback pauses
+//     instead of coming back at once;
+//   - -1 ("do not retry") for a retry or a caller already retrying, or
+//     when the deadline is too short (no retry can beat it).
 //
 // Why Unavailable rather than ResourceExhausted: the request was not
 // processed, so a retry is safe, which is what Unavailable means ("a
@@ -69,10 +64,12 @@ func (st *serverState) dontRetryTrailer() metadata.MD {
 // pushback, retries into the retry class, which is refused first and
 // cheaply. ResourceExhausted usually means a quota, which no retry fixes.
 //
-// A stream is admitted or refused at its start like a unary call, but
-// does not hold a slot while it stays open: the limit counts unary calls
-// (and streams being started), so long-lived streams cannot lock the
-// server out.
+// Streams: a stream's start is admitted or refused like a unary call, but
+// the stream holds no slot and counts for nothing while it stays open (a
+// watch may stay open for hours at no cost): an overloaded server opens
+// no new streams, and sheds retried ones first, but the overload rule
+// sees unary calls only, so a server whose load comes from messages on
+// open streams is not protected by it.
 //
 // An invalid cfg makes New fail. The limiter lives in the option: pass the
 // same Option value to both server interceptors to share one limit.
@@ -97,11 +94,11 @@ type AdmissionReason int
 
 // The reasons admission control refuses a request.
 const (
-	// AdmissionLimit: the requests in flight reached the limit for the
-	// request's class.
+	// AdmissionLimit: the requests in flight reached
+	// admission.Config.MaxInFlight for the request's class.
 	AdmissionLimit AdmissionReason = iota + 1
-	// AdmissionDeadline: the remaining deadline was shorter than the
-	// latency the server needs.
+	// AdmissionDeadline: the server was overloaded and the remaining
+	// deadline was shorter than the latency the request could expect.
 	AdmissionDeadline
 	// AdmissionCallerGone: the caller had canceled or its deadline had
 	// passed (before the request could start, or while it waited in the
@@ -111,6 +108,10 @@ const (
 	// (admission.Config.QueueSize) for the longest wait without getting
 	// a slot.
 	AdmissionQueueTimeout
+	// AdmissionOverload: the server was overloaded (requests arrived
+	// faster than they completed) and the request would have waited
+	// longer than the latency target of its class.
+	AdmissionOverload
 )
 
 var admissionReasonNames = map[AdmissionReason]string{
@@ -118,6 +119,7 @@ var admissionReasonNames = map[AdmissionReason]string{
 	AdmissionDeadline:     "deadline",
 	AdmissionCallerGone:   "caller_gone",
 	AdmissionQueueTimeout: "queue_timeout",
+	AdmissionOverload:     "overload",
 }
 
 func (r AdmissionReason) String() string {
@@ -131,22 +133,20 @@ func (r AdmissionReason) String() string {
 // does nothing.
 type admitted struct{ p admission.Permit }
 
-// done releases the request's slot: a unary call's when its handler
-// returned, with its latency; a stream's as soon as it was admitted, with
-// no latency. Admission control admits a stream's start (an overloaded
-// server opens no new streams, and sheds retried ones first) but does not
-// count the stream against the limit for its life: a watch or
-// subscription may stay open for hours while costing nothing, so its life
-// is not a request's latency; and streams that held slots would, once as
-// many were open as the limit, refuse every other request for good, with
-// no measured request left to raise the limit.
-func (a admitted) done(stream bool) {
-	if stream {
-		a.p.Release(admission.Ignored)
-	} else {
+// done releases a unary call's slot when its handler returned err: a
+// success is a sample of the server's latency, a failure a completion
+// only (fast failures would make the latency look shorter than it is).
+func (a admitted) done(err error) {
+	if err == nil {
 		a.p.Release(admission.Measured)
+	} else {
+		a.p.Release(admission.Failed)
 	}
 }
+
+// started releases a stream's slot as soon as the stream was admitted,
+// counting it for nothing: see WithAdmission.
+func (a admitted) started() { a.p.Release(admission.Ignored) }
 
 // admit asks the limiter whether the request sc serves may run. On a
 // refusal it sets the pushback trailer (on ss, or on the unary call when
@@ -173,15 +173,20 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 		s.refused(sc, method, AdmissionCallerGone, status.Code(err), 0)
 		return admitted{}, err
 	}
-	reason, pb, msg := AdmissionDeadline, int64(-1), "stormguard: admission: deadline shorter than the server's current latency"
-	full := errors.Is(err, admission.ErrLimit)
-	if full {
+	reason, pb, msg := AdmissionDeadline, int64(-1), "stormguard: admission: overloaded, deadline shorter than the expected latency"
+	retryHere := true
+	switch {
+	case errors.Is(err, admission.ErrOverload):
+		reason, msg = AdmissionOverload, "stormguard: admission: overloaded"
+	case errors.Is(err, admission.ErrLimit):
 		reason, msg = AdmissionLimit, "stormguard: admission: concurrency limit reached"
-	} else if errors.Is(err, admission.ErrQueueTimeout) {
-		full, reason, msg = true, AdmissionQueueTimeout, "stormguard: admission: timed out in the queue"
+	case errors.Is(err, admission.ErrQueueTimeout):
+		reason, msg = AdmissionQueueTimeout, "stormguard: admission: timed out in the queue"
+	default:
+		retryHere = false
 	}
-	if full && class == admission.ClassFirst {
-		pb = max(l.Latency().Milliseconds(), 1)
+	if retryHere && class == admission.ClassFirst {
+		pb = s.pushback(l.Config().Target)
 	}
 	md := dontRetryShed
 	if pb >= 0 {
@@ -194,6 +199,18 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 	}
 	s.refused(sc, method, reason, codes.Unavailable, time.Duration(pb)*time.Millisecond)
 	return admitted{}, status.Error(codes.Unavailable, msg)
+}
+
+// pushback returns the delay, in milliseconds, that a refused first
+// attempt's caller should wait: the latency target, jittered between half
+// and one and a half of it so that refused callers do not come back in
+// step, at least 1 ms.
+func (s *server) pushback(target time.Duration) int64 {
+	u := 0.5
+	if s.rand != nil {
+		u = s.rand()
+	}
+	return max(int64(float64(target.Milliseconds())*(0.5+u)), 1)
 }
 
 // refused reports a refusal to the observer.

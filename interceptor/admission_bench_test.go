@@ -21,7 +21,7 @@ func BenchmarkServerInterceptor(b *testing.B) {
 		opts []Option
 	}{
 		{"admission=off", nil},
-		{"admission=on", []Option{WithAdmission(admission.Config{MinLimit: 1000, MaxLimit: 1000})}},
+		{"admission=on", []Option{WithAdmission(admission.Config{})}},
 	} {
 		b.Run(tt.name, func(b *testing.B) {
 			i, err := New(tt.opts...)

@@ -80,7 +80,7 @@ func startQueued(t *testing.T, ctx context.Context) *queued {
 		ran:    make(chan struct{}, 1),
 		result: make(chan error, 1),
 	}
-	cfg := admission.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, QueueSize: 4, QueueTimeout: 100 * time.Millisecond, Clock: q.clk}
+	cfg := admission.Config{MaxInFlight: 1, QueueSize: 4, QueueTimeout: 100 * time.Millisecond, Clock: q.clk}
 	q.i = mustNew(t, WithAdmission(cfg), WithObserver(observerFunc(func(_ context.Context, e Event) {
 		if e.Kind == EventAdmissionRefused {
 			q.events <- e
@@ -197,7 +197,7 @@ func (s *queueStream) SetTrailer(md metadata.MD) { s.trailer = metadata.Join(s.t
 // with the shed trailer.
 func TestAdmissionQueueStream(t *testing.T) {
 	clk := &queueClock{Fake: clock.NewFake(time.Now()), armed: make(chan struct{}, 4)}
-	cfg := admission.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1, QueueSize: 4, QueueTimeout: 100 * time.Millisecond, Clock: clk}
+	cfg := admission.Config{MaxInFlight: 1, QueueSize: 4, QueueTimeout: 100 * time.Millisecond, Clock: clk}
 	i := mustNew(t, WithAdmission(cfg))
 	held, err := i.Admission().Acquire(admission.ClassFirst, time.Time{})
 	if err != nil {

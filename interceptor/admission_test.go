@@ -160,7 +160,7 @@ func pushbackOf(tr metadata.MD) string {
 
 // fixedLimit is a limit of n that does not move.
 func fixedLimit(n int) admission.Config {
-	return admission.Config{InitialLimit: n, MinLimit: n, MaxLimit: n}
+	return admission.Config{MaxInFlight: n}
 }
 
 // TestAdmissionShedsRetriesFirst: with a limit of 4 (retries may use 2),
@@ -253,38 +253,114 @@ func TestAdmissionStreamRefused(t *testing.T) {
 	}
 }
 
-// TestAdmissionDeadline: when the server needs an hour per request and
-// one is in flight, a request with 10 s left is refused with "do not
-// retry"; one without a deadline is admitted.
+// overload drives l, on clk, into overload: for 5 windows of 1 s, 40
+// requests arrive and 10 complete. It returns the permits still held.
+func overload(t *testing.T, l *admission.Limiter, clk *clock.Fake) []admission.Permit {
+	t.Helper()
+	var held []admission.Permit
+	for range 5 {
+		for range 40 {
+			p, err := l.Acquire(admission.ClassFirst, time.Time{})
+			if err != nil && !l.Overloaded() {
+				t.Fatalf("Acquire while overloading: %v", err)
+			}
+			if err == nil {
+				held = append(held, p)
+			}
+		}
+		clk.Advance(time.Second)
+		for _, p := range held[:10] {
+			p.Release(admission.Measured)
+		}
+		held = held[10:]
+	}
+	if !l.Overloaded() {
+		t.Fatalf("not overloaded after 5 s of 40 arrivals and 10 completions a second: %+v", l.Stats())
+	}
+	t.Cleanup(func() {
+		for _, p := range held {
+			p.Release(admission.Ignored)
+		}
+	})
+	return held
+}
+
+// TestAdmissionDeadline: while the server is overloaded and expects a
+// request to need about 7 s, one with 5 s left is refused with "do not
+// retry", and one without a deadline is refused for the overload with a
+// pushback; while it is not overloaded, neither is refused, however long
+// the latency.
 func TestAdmissionDeadline(t *testing.T) {
 	// The fake clock ends up at about the real time, which the RPC's
 	// deadline is measured in.
-	clk := clock.NewFake(time.Now().Add(-8 * time.Hour))
-	s := startAdmission(t, WithAdmission(admission.Config{Clock: clk}))
+	clk := clock.NewFake(time.Now().Add(-5 * time.Second))
+	s := startAdmission(t, WithAdmission(admission.Config{Window: time.Second, Clock: clk}))
 	l := s.i.Admission()
-	for range 8 {
+	overload(t, l, clk)
+	if got := l.Latency(); got < 6*time.Second {
+		t.Fatalf("Latency: got %v, want more than 6s", got)
+	}
+	c := s.client(t, grpc.WithDisableRetry())
+	var tr metadata.MD
+	_, err := c.Unary(ctxTimeout(t, 5*time.Second), &testsvcv1.UnaryRequest{Id: "short"}, grpc.Trailer(&tr))
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("5s left, %v expected: got %v, want Unavailable", l.Latency(), err)
+	}
+	if got := pushbackOf(tr); got != "-1" || len(tr.Get(MetadataShed)) == 0 {
+		t.Fatalf("5s left: trailer %v, want pushback -1 and %s", tr, MetadataShed)
+	}
+	if got := l.Stats().RejectedDeadline; got != 1 {
+		t.Fatalf("RejectedDeadline: got %d, want 1", got)
+	}
+	tr = nil
+	_, err = c.Unary(context.Background(), &testsvcv1.UnaryRequest{Id: "no deadline"}, grpc.Trailer(&tr))
+	if got := status.Code(err); got != codes.Unavailable {
+		t.Fatalf("no deadline, overloaded: got %v, want Unavailable", err)
+	}
+	if ms, perr := strconv.Atoi(pushbackOf(tr)); perr != nil || ms < 10 || ms > 30 {
+		t.Fatalf("no deadline, overloaded: pushback %q, want about the 20 ms target", pushbackOf(tr))
+	}
+	if got := s.runs.Load(); got != 0 {
+		t.Fatalf("handler runs: got %d, want 0", got)
+	}
+}
+
+// TestAdmissionLongLatencyNotRefused: a server that is not overloaded
+// admits a request whose deadline is shorter than the latency it can
+// expect: its callers get their answers late, as without admission
+// control, not refusals.
+func TestAdmissionLongLatencyNotRefused(t *testing.T) {
+	clk := clock.NewFake(time.Now().Add(-10 * time.Second))
+	s := startAdmission(t, WithAdmission(admission.Config{Window: time.Second, Clock: clk}))
+	l := s.i.Admission()
+	var held []admission.Permit
+	for range 100 { // 100 in flight, 10 s each: a closed loop
 		p, err := l.Acquire(admission.ClassFirst, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		clk.Advance(time.Hour)
-		p.Release(admission.Measured)
+		held = append(held, p)
 	}
-	if got := l.Latency(); got != time.Hour {
-		t.Fatalf("Latency: got %v, want 1h", got)
+	for range 10 {
+		clk.Advance(time.Second)
+		for i := range 10 { // 10 complete and 10 arrive each second
+			held[i].Release(admission.Measured)
+			held[i], _ = l.Acquire(admission.ClassFirst, time.Time{})
+		}
+		held = append(held[10:], held[:10]...)
+	}
+	defer func() {
+		for _, p := range held {
+			p.Release(admission.Ignored)
+		}
+	}()
+	if l.Overloaded() || l.Latency() < 5*time.Second {
+		t.Fatalf("setup: overloaded %v, latency %v; want a closed loop at about 10 s", l.Overloaded(), l.Latency())
 	}
 	c := s.client(t, grpc.WithDisableRetry())
-	s.hold(t, c, 1) // admitted: nothing was in flight
-	var tr metadata.MD
-	_, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "short"}, grpc.Trailer(&tr))
-	if got := status.Code(err); got != codes.Unavailable {
-		t.Fatalf("10s left, 1h needed: got %v, want Unavailable", err)
-	}
-	if got := pushbackOf(tr); got != "-1" {
-		t.Fatalf("10s left, 1h needed: pushback %q, want -1", got)
-	}
-	if got := l.Stats().RejectedDeadline; got != 1 {
-		t.Fatalf("RejectedDeadline: got %d, want 1", got)
+	s.open()
+	if _, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "x"}); err != nil {
+		t.Fatalf("10s left of an expected %v, not overloaded: got %v, want served", l.Latency(), err)
 	}
 }
 
@@ -392,8 +468,8 @@ func TestAdmissionGGMRetry(t *testing.T) {
 }
 
 func TestWithAdmissionInvalid(t *testing.T) {
-	if _, err := New(WithAdmission(admission.Config{MinLimit: -1})); !errors.Is(err, ErrInvalidOption) {
-		t.Fatalf("New(WithAdmission(MinLimit -1)): got %v, want ErrInvalidOption", err)
+	if _, err := New(WithAdmission(admission.Config{MaxInFlight: -1})); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("New(WithAdmission(MaxInFlight -1)): got %v, want ErrInvalidOption", err)
 	}
 	if i := mustNew(t); i.Admission() != nil {
 		t.Fatalf("Admission without WithAdmission: got a limiter, want nil")
@@ -428,10 +504,12 @@ func TestAdmissionRefusalsDoNotOpenBreaker(t *testing.T) {
 	}
 }
 
-// TestAdmissionShedPassesUp: when payment's admission control refuses
-// order's call, order's answer to its caller carries MetadataShed with
-// "do not retry", so the tiers above keep their breakers closed too.
-func TestAdmissionShedPassesUp(t *testing.T) {
+// TestAdmissionShedNotPassedUp: when payment's admission control refuses
+// order's call, order's answer to its caller says "do not retry", but not
+// MetadataShed: the refusal concerns order, the tier that was refused
+// (protocol version 2; review finding 3: passed up by every tier, it made
+// the throttles of healthy tiers mark their neighbours down).
+func TestAdmissionShedNotPassedUp(t *testing.T) {
 	c := testsvc.New(t, testsvc.Config{
 		Tiers: []string{"order", "payment"},
 		DialOptions: func(int) []grpc.DialOption {
@@ -460,8 +538,8 @@ func TestAdmissionShedPassesUp(t *testing.T) {
 	if got := status.Code(err); got != codes.Unavailable {
 		t.Fatalf("got %v, want Unavailable", err)
 	}
-	if got := pushbackOf(tr); got != "-1" || len(tr.Get(MetadataShed)) == 0 {
-		t.Fatalf("order's trailer %v: want pushback -1 and %s", tr, MetadataShed)
+	if got := pushbackOf(tr); got != "-1" || len(tr.Get(MetadataShed)) != 0 {
+		t.Fatalf("order's trailer %v: want pushback -1 without %s", tr, MetadataShed)
 	}
 	pay.StopPool()
 	<-held

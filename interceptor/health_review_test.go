@@ -57,7 +57,7 @@ func TestAdmissionLetsHealthWatchThrough(t *testing.T) {
 		<-release
 		return nil
 	}}
-	srvI := mustNew(t, WithAdmission(admission.Config{InitialLimit: 1, MinLimit: 1, MaxLimit: 1}),
+	srvI := mustNew(t, WithAdmission(admission.Config{MaxInFlight: 1}),
 		WithHealth(hs, admission.ServingConfig{}))
 	srv := grpc.NewServer(srvI.ServerOptions()...)
 	testsvcv1.RegisterTestServiceServer(srv, svc)

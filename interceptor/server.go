@@ -37,7 +37,8 @@ type server struct {
 
 	ignoreEnvoy bool // WithEnvoyAttemptCount(false)
 	admission   *admission.Limiter
-	health      *selfHealth // WithHealth
+	health      *selfHealth    // WithHealth
+	rand        func() float64 // the jitter of admission's pushback
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
@@ -84,18 +85,18 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if err != nil {
 		return nil, err
 	}
-	defer a.done(false)
 	returned := false
 	defer func() {
 		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
-			_ = grpc.SetTrailer(sc, sc.st.dontRetryTrailer())
+			_ = grpc.SetTrailer(sc, dontRetry)
 		}
 	}()
+	defer func() { a.done(err) }()
 	resp, err = handler(sc, req)
 	returned = true
 	s.health.record(sc, err, s.retryable)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
-		_ = grpc.SetTrailer(sc, sc.st.dontRetryTrailer())
+		_ = grpc.SetTrailer(sc, dontRetry)
 	}
 	return resp, err
 }
@@ -149,18 +150,18 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	if err != nil {
 		return err
 	}
-	a.done(true) // a stream's start only takes a slot: see admitted.done
+	a.started() // a stream's start only takes a slot: see admitted.started
 	returned := false
 	defer func() {
 		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
-			ss.SetTrailer(sc.st.dontRetryTrailer())
+			ss.SetTrailer(dontRetry)
 		}
 	}()
 	err = handler(srv, &serverStream{ServerStream: ss, ctx: sc})
 	returned = true
 	s.health.record(sc, err, s.retryable)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
-		ss.SetTrailer(sc.st.dontRetryTrailer())
+		ss.SetTrailer(dontRetry)
 	}
 	return err
 }

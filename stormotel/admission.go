@@ -18,15 +18,15 @@ const (
 	// as given to Admission.Track.
 	ServerKey = attribute.Key("stormguard.admission.server")
 	// AdmissionReasonKey is why admission control refused a request:
-	// "limit", "deadline", "caller_gone" or "queue_timeout".
+	// "overload", "deadline", "limit", "caller_gone" or "queue_timeout".
 	AdmissionReasonKey = attribute.Key("stormguard.admission.reason")
 )
 
 // Admission reports server-side admission control (interceptor.WithAdmission):
 //
-//	stormguard.admission.limit      gauge    the concurrency limit, per server
+//	stormguard.admission.overloaded gauge    1 while the server is overloaded (arrivals exceed completions), per server
 //	stormguard.admission.in_flight  gauge    requests admitted and not finished, per server
-//	stormguard.admission.latency    gauge    s, the least latency of the limiter's last window, per server
+//	stormguard.admission.latency    gauge    s, the latency a new request can expect, per server
 //	stormguard.admission.queue      gauge    requests waiting in the limiter's queue (admission.Config.QueueSize), per server
 //	stormguard.admission.refusals   counter  requests refused before the handler, by reason
 //	stormguard.health.serving       gauge    1 while the server says SERVING, 0 while NOT_SERVING (interceptor.WithHealth), per server
@@ -36,7 +36,7 @@ const (
 // (interceptor.Observers(m, a)), and call Track for the gauges. It is safe
 // for concurrent use; create it with NewAdmission, once per MeterProvider.
 type Admission struct {
-	limit    metric.Int64ObservableGauge
+	over     metric.Int64ObservableGauge
 	inflight metric.Int64ObservableGauge
 	latency  metric.Float64ObservableGauge
 	queue    metric.Int64ObservableGauge
@@ -44,7 +44,7 @@ type Admission struct {
 	downs    metric.Int64ObservableCounter
 	refusals metric.Int64Counter
 	reg      metric.Registration
-	reasons  [5]attrOpts // by interceptor.AdmissionReason; 0 is "other"
+	reasons  [6]attrOpts // by interceptor.AdmissionReason; 0 is "other"
 
 	mu      sync.Mutex
 	servers []trackedServer
@@ -63,12 +63,12 @@ var _ interceptor.Observer = (*Admission)(nil)
 func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 	in := newInstruments(mp)
 	a := &Admission{}
-	a.limit = in.intGauge("stormguard.admission.limit", "{request}",
-		"The admission limiter's concurrency limit, per server.")
+	a.over = in.intGauge("stormguard.admission.overloaded", "{state}",
+		"1 while the server is overloaded (requests arrive faster than they complete) and sheds what would wait past its latency target, 0 otherwise, per server.")
 	a.inflight = in.intGauge("stormguard.admission.in_flight", "{request}",
 		"Requests admitted and not finished, per server.")
 	a.latency = in.floatGauge("stormguard.admission.latency", "s",
-		"The least latency of the admission limiter's last window: what a request needs at least, per server.")
+		"The latency a new request can expect: (in flight + 1) x the time per completion of the last windows, per server.")
 	a.queue = in.intGauge("stormguard.admission.queue", "{request}",
 		"Requests waiting in the admission limiter's queue, per server.")
 	a.serving = in.intGauge("stormguard.health.serving", "1",
@@ -81,10 +81,10 @@ func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 		return nil, err
 	}
 	var err error
-	for r, name := range []string{"other", "limit", "deadline", "caller_gone", "queue_timeout"} {
+	for r, name := range []string{"other", "limit", "deadline", "caller_gone", "queue_timeout", "overload"} {
 		a.reasons[r] = newAttrOpts(semconv.RPCSystemGRPC, AdmissionReasonKey.String(name))
 	}
-	a.reg, err = in.meter.RegisterCallback(a.collect, a.limit, a.inflight, a.latency, a.queue, a.serving, a.downs)
+	a.reg, err = in.meter.RegisterCallback(a.collect, a.over, a.inflight, a.latency, a.queue, a.serving, a.downs)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +124,11 @@ func (a *Admission) collect(_ context.Context, o metric.Observer) error {
 	for _, s := range a.servers {
 		if s.l != nil {
 			st := s.l.Stats()
-			o.ObserveInt64(a.limit, int64(st.Limit), s.attrs)
+			over := int64(0)
+			if st.Overloaded {
+				over = 1
+			}
+			o.ObserveInt64(a.over, over, s.attrs)
 			o.ObserveInt64(a.inflight, int64(st.InFlight), s.attrs)
 			o.ObserveFloat64(a.latency, st.Latency.Seconds(), s.attrs)
 			o.ObserveInt64(a.queue, int64(st.Queue), s.attrs)

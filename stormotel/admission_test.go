@@ -21,7 +21,7 @@ import (
 // counted by reason.
 func TestAdmission(t *testing.T) {
 	a, r := newAdmission(t)
-	i, err := interceptor.New(interceptor.WithAdmission(admission.Config{InitialLimit: 3, MinLimit: 3, MaxLimit: 3}), interceptor.WithObserver(a))
+	i, err := interceptor.New(interceptor.WithAdmission(admission.Config{MaxInFlight: 3}), interceptor.WithObserver(a))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,17 +38,19 @@ func TestAdmission(t *testing.T) {
 	_, _ = i.UnaryServer()(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/s/M"}, func(context.Context, any) (any, error) { return nil, nil })
 	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventAdmissionRefused, Admission: interceptor.AdmissionLimit})
 	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventAdmissionRefused, Admission: interceptor.AdmissionQueueTimeout})
+	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventAdmissionRefused, Admission: interceptor.AdmissionOverload})
 	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventAdmissionRefused, Admission: 99})
 	a.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventRequestReceived})
 
 	want := map[string]string{
-		"stormguard.admission.limit{stormguard.admission.server=payment}":                          "3",
+		"stormguard.admission.overloaded{stormguard.admission.server=payment}":                     "0",
 		"stormguard.admission.in_flight{stormguard.admission.server=payment}":                      "1",
 		"stormguard.admission.latency{stormguard.admission.server=payment}":                        "0",
 		"stormguard.admission.queue{stormguard.admission.server=payment}":                          "0",
 		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=queue_timeout}": "1",
 		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=caller_gone}":   "1",
 		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=limit}":         "1",
+		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=overload}":      "1",
 		"stormguard.admission.refusals{rpc.system=grpc,stormguard.admission.reason=other}":         "1",
 	}
 	if got := collect(t, r); !maps.Equal(got, want) {

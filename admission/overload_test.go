@@ -1,0 +1,105 @@
+package admission
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// A closed loop of callers never overloads a server, at any number of
+// callers and however long the latency: zero refusals (issue "Busy is not
+// broken", review finding 1 and 5: a limit from latency refused 56 % to
+// 95 % of a closed loop, and cold starts 85 % of the first 250 ms).
+func TestClosedLoopNeverRefused(t *testing.T) {
+	for _, n := range []int{1, 8, 32, 128, 512, 2048} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			s := newSim(t, Config{}, 8, time.Millisecond, 1) // 8 000 requests/s
+			s.closed(n, 0, 3*time.Second)
+			s.run(3 * time.Second)
+			refused, served, _ := s.in(0, 3*time.Second)
+			if refused != 0 || s.l.Stats().RejectedOverload != 0 {
+				t.Errorf("%d callers: %d refused of %d", n, refused, refused+served)
+			}
+			// Each caller waits 100 µs between an answer and its next
+			// request.
+			capacity := min(8000, float64(n)/1.1e-3)
+			if want := 0.95 * capacity * 3; float64(served) < want {
+				t.Errorf("%d callers: %d served, want >= %.0f (what the pool and the callers allow)", n, served, want)
+			}
+		})
+	}
+}
+
+// A closed loop whose requests are sometimes much slower (a middle tier
+// whose dependency is slow at times, or that retries with backoff) is not
+// overloaded either.
+func TestClosedLoopSlowTailNeverRefused(t *testing.T) {
+	for _, share := range []float64{0.01, 0.1, 0.5} {
+		t.Run(fmt.Sprint(share), func(t *testing.T) {
+			s := newSim(t, Config{}, 1000, time.Millisecond, 2) // waiting, not working
+			s.service = func(r *rand.Rand) time.Duration {
+				if r.Float64() < share {
+					return 200 * time.Millisecond
+				}
+				return time.Millisecond
+			}
+			s.closed(256, 0, 3*time.Second)
+			s.run(3 * time.Second)
+			if refused, served, _ := s.in(0, 3*time.Second); refused != 0 {
+				t.Errorf("%.0f %% slow: %d refused of %d", 100*share, refused, refused+served)
+			}
+		})
+	}
+}
+
+// Open-loop arrivals above capacity overload the server: it refuses what
+// would wait longer than the target, keeps serving at capacity with a
+// short queue, and stops refusing as soon as the overload ends.
+func TestOpenLoopOverload(t *testing.T) {
+	const capacity = 8000.0 // 8 workers, 1 ms each
+	for _, factor := range []float64{1.5, 2, 4, 8} {
+		t.Run(fmt.Sprint(factor), func(t *testing.T) {
+			s := newSim(t, Config{}, 8, time.Millisecond, 3)
+			s.open(factor*capacity, 0, 2*time.Second, time.Second)
+			s.open(0.5*capacity, 2*time.Second, 3*time.Second, time.Second)
+			s.run(3 * time.Second)
+			for from := time.Duration(0); from < 3*time.Second; from += 250 * time.Millisecond {
+				refused, served, p99 := s.in(from, from+250*time.Millisecond)
+				t.Logf("%v: refused %d served %d p99 %v", from, refused, served, p99)
+			}
+			_, served, p99 := s.in(250*time.Millisecond, 2*time.Second)
+			if rate := float64(served) / 1.75; rate < 0.9*capacity {
+				t.Errorf("%.1fx: served %.0f/s during the overload, want >= 0.9 x %.0f", factor, rate, capacity)
+			}
+			if p99 > 40*time.Millisecond {
+				t.Errorf("%.1fx: p99 %v during the overload, want <= 40ms (1 ms service + 20 ms target + slack)", factor, p99)
+			}
+			if refused, _, _ := s.in(2100*time.Millisecond, 3*time.Second); refused != 0 {
+				t.Errorf("%.1fx: %d refused from 100 ms after the overload", factor, refused)
+			}
+		})
+	}
+}
+
+// A closed loop that meets an overload (here one that an open-loop burst
+// caused) is refused, sends again at once, and so keeps its refused
+// arrivals above the completions: it looks overloaded for good. The
+// probe, which holds refusals for a moment, sees its arrivals pause with
+// them, and ends the overload.
+func TestClosedLoopLeavesOverload(t *testing.T) {
+	s := newSim(t, Config{}, 8, time.Millisecond, 4)
+	s.open(4*8000, 0, 500*time.Millisecond, time.Second)
+	s.closed(512, 400*time.Millisecond, 4*time.Second)
+	s.run(4 * time.Second)
+	for from := time.Duration(0); from < 4*time.Second; from += 250 * time.Millisecond {
+		refused, served, p99 := s.in(from, from+250*time.Millisecond)
+		t.Logf("%v: refused %d served %d p99 %v", from, refused, served, p99)
+	}
+	if refused, _, _ := s.in(250*time.Millisecond, 500*time.Millisecond); refused == 0 {
+		t.Fatal("the open-loop burst was not refused: the test shows nothing")
+	}
+	if refused, served, _ := s.in(1500*time.Millisecond, 4*time.Second); refused != 0 {
+		t.Errorf("%d of %d refused from 1 s after the burst: the closed loop is stuck in overload", refused, refused+served)
+	}
+}

@@ -1,0 +1,252 @@
+package admission
+
+import (
+	"container/heap"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// sim is a discrete-event model of a server behind a Limiter, on a fake
+// clock with timers: a pool of workers that serves admitted requests in
+// order, each for a service time, loaded by a closed loop of callers
+// (each sends its next request when the last one is answered, refused or
+// not) or by open-loop arrivals (independent of the answers). Refused
+// requests that the Limiter holds during a probe are answered when the
+// probe ends, as Wait would.
+type sim struct {
+	t       *testing.T
+	l       *Limiter
+	clk     *timerClock
+	rnd     *rand.Rand
+	workers int
+	service func(r *rand.Rand) time.Duration
+	el      time.Duration // elapsed since the start
+
+	events  eventHeap
+	queue   []*simReq // admitted, waiting for a worker
+	busy    int
+	held    []heldReq
+	seq     int
+	results []simResult
+	// onAnswer is called when a closed-loop caller's request is answered.
+	onAnswer func(caller int)
+	// fail, when set, says whether a request admitted now fails, and its
+	// service time then (released as Failed).
+	fail func() (bool, time.Duration)
+	// classOf, when set, gives the class of each new request.
+	classOf func() Class
+}
+
+type simReq struct {
+	arrived time.Duration
+	permit  Permit
+	caller  int // closed loop: the caller; -1 for open loop
+	class   Class
+	fail    bool
+}
+
+type heldReq struct {
+	h      *chan struct{}
+	caller int
+}
+
+// simResult is one answered request.
+type simResult struct {
+	at       time.Duration // when it arrived
+	latency  time.Duration
+	refused  bool
+	deadline bool // refused for its deadline
+	class    Class
+}
+
+type event struct {
+	at  time.Duration
+	seq int
+	f   func()
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+func newSim(t *testing.T, cfg Config, workers int, service time.Duration, seed uint64) *sim {
+	t.Helper()
+	clk := newTimerClock()
+	cfg.Clock = clk
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sim{t: t, l: l, clk: clk, rnd: rand.New(rand.NewPCG(seed, 1)), workers: workers}
+	s.service = func(*rand.Rand) time.Duration { return service }
+	return s
+}
+
+func (s *sim) at(d time.Duration, f func()) {
+	s.seq++
+	heap.Push(&s.events, event{at: d, seq: s.seq, f: f})
+}
+
+// run processes events until the elapsed time reaches end.
+func (s *sim) run(end time.Duration) {
+	for s.events.Len() > 0 && s.events[0].at <= end {
+		e := heap.Pop(&s.events).(event)
+		if e.at > s.el {
+			s.clk.Advance(e.at - s.el)
+			s.el = e.at
+			s.release()
+		}
+		e.f()
+	}
+	if end > s.el {
+		s.clk.Advance(end - s.el)
+		s.el = end
+		s.release()
+	}
+}
+
+// release answers the held refusals whose probe ended.
+func (s *sim) release() {
+	kept := s.held[:0]
+	for _, h := range s.held {
+		select {
+		case <-*h.h:
+			s.answered(h.caller)
+		default:
+			kept = append(kept, h)
+		}
+	}
+	s.held = kept
+}
+
+// arrive is a request arriving now.
+func (s *sim) arrive(caller int, class Class, deadline time.Duration) {
+	var dl time.Time
+	if deadline > 0 {
+		dl = s.clk.Now().Add(deadline)
+	}
+	p, err := s.l.Acquire(class, dl)
+	if err != nil {
+		s.results = append(s.results, simResult{at: s.el, refused: true, deadline: err == ErrDeadline, class: class})
+		if h := s.l.hold.Load(); h != nil && caller >= 0 {
+			s.held = append(s.held, heldReq{h, caller})
+			return
+		}
+		s.answered(caller)
+		return
+	}
+	r := &simReq{arrived: s.el, permit: p, caller: caller, class: class}
+	if s.busy < s.workers {
+		s.start(r)
+	} else {
+		s.queue = append(s.queue, r)
+	}
+}
+
+func (s *sim) start(r *simReq) {
+	s.busy++
+	d := s.service(s.rnd)
+	if s.fail != nil {
+		if f, fd := s.fail(); f {
+			r.fail, d = true, fd
+		}
+	}
+	s.at(s.el+d, func() {
+		s.busy--
+		if r.fail {
+			r.permit.Release(Failed)
+		} else {
+			r.permit.Release(Measured)
+		}
+		s.results = append(s.results, simResult{at: r.arrived, latency: s.el - r.arrived, class: r.class})
+		if len(s.queue) > 0 {
+			next := s.queue[0]
+			s.queue = s.queue[1:]
+			s.start(next)
+		}
+		s.answered(r.caller)
+	})
+}
+
+// noCaller marks an open-loop request.
+const noCaller = -1
+
+func (s *sim) answered(caller int) {
+	if caller >= 0 && s.onAnswer != nil {
+		s.onAnswer(caller)
+	}
+}
+
+// closed starts n callers at start that send back to back until end:
+// each sends its next request one round trip (rtt, 100 µs) after the
+// answer to the last.
+func (s *sim) closed(n int, start, end time.Duration) {
+	const rtt = 100 * time.Microsecond
+	s.onAnswer = func(c int) {
+		if s.el < end {
+			s.at(s.el+rtt, func() { s.arrive(c, s.class(), 0) })
+		}
+	}
+	for c := range n {
+		s.at(start, func() { s.arrive(c, s.class(), 0) })
+	}
+}
+
+// open sends Poisson arrivals at rate per second from start to end.
+func (s *sim) open(rate float64, start, end time.Duration, deadline time.Duration) {
+	var next func()
+	next = func() {
+		if s.el >= end {
+			return
+		}
+		s.arrive(noCaller, s.class(), deadline)
+		gap := time.Duration(s.rnd.ExpFloat64() / rate * float64(time.Second))
+		s.at(s.el+max(gap, 1), next)
+	}
+	s.at(start, next)
+}
+
+func (s *sim) class() Class {
+	if s.classOf == nil {
+		return ClassFirst
+	}
+	return s.classOf()
+}
+
+// in returns the results of the requests that arrived in [from, to).
+func (s *sim) in(from, to time.Duration) (refused, served int, p99 time.Duration) {
+	var lat []time.Duration
+	for _, r := range s.results {
+		if r.at < from || r.at >= to {
+			continue
+		}
+		if r.refused {
+			refused++
+		} else {
+			served++
+			lat = append(lat, r.latency)
+		}
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		p99 = lat[int(math.Ceil(0.99*float64(len(lat))))-1]
+	}
+	return refused, served, p99
+}
