@@ -40,12 +40,12 @@ var tiny = simConfig{users: 4, duration: 200 * time.Millisecond, seed: 1, maxRec
 // request on a fresh chain with payment killed.
 func TestSingleRequest(t *testing.T) {
 	want := map[string]singleCounts{
-		"naive":      {3, 9, 27},
-		"one-retry":  {2, 4, 8},
-		"budget":     {3, 9, 27}, // the budget's floor lets one request retry fully
-		"tiered":     {1, 1, 3},
-		"stormguard": {1, 1, 3},
-		"adaptive":   {1, 1, 3}, // cold: three failures before payment is down
+		"naive":       {3, 9, 27},
+		"one-retry":   {2, 4, 8},
+		"budget":      {3, 9, 27}, // the budget's floor lets one request retry fully
+		"tiered":      {1, 1, 3},
+		"stormguard":  {1, 1, 3},
+		"recommended": {1, 1, 3}, // cold: three failures before payment is down
 	}
 	rs, err := simulate(ctxT(t, 60*time.Second), tiny, modes, noProgress{})
 	if err != nil {
@@ -79,7 +79,7 @@ func TestSingleRequest(t *testing.T) {
 			if a := r.Sustained.Amplification; a > 27 || a <= 3 {
 				t.Errorf("naive: %v calls at payment per request, want within (3, 27]", a)
 			}
-		case "tiered", "stormguard", "adaptive":
+		case "tiered", "stormguard", "recommended":
 			if r.Sustained.Amplification > 3 {
 				t.Errorf("%s: %v calls at payment per request, want <= 3", r.Mode, r.Sustained.Amplification)
 			}

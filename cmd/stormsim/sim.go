@@ -197,25 +197,37 @@ func runMode(ctx context.Context, cfg simConfig, m mode, p progress) (res result
 	return res, ctx.Err()
 }
 
-// startChain starts an in-process chain with m on every hop.
+// startChain starts an in-process chain with m on every process.
 func startChain(m mode, seed uint64) (*testsvc.Chain, error) {
-	tiers := len(testsvc.DefaultTiers)
-	dial := make([][]grpc.DialOption, tiers)
-	serve := make([][]grpc.ServerOption, tiers)
-	for i := range tiers {
+	stacks, err := buildStacks(func(int) (stack, error) { return m.process(nil) })
+	if err != nil {
+		return nil, err
+	}
+	return startStacks(seed, stacks)
+}
+
+// buildStacks returns the stacks of the processes of an in-process chain,
+// stackOf(i) for process i: process 0 is the edge client, process i > 0
+// tier i-1 (see startStacks).
+func buildStacks(stackOf func(proc int) (stack, error)) ([]stack, error) {
+	stacks := make([]stack, len(testsvc.DefaultTiers)+1)
+	for i := range stacks {
 		var err error
-		if dial[i], err = m.dial(nil); err != nil {
+		if stacks[i], err = stackOf(i); err != nil {
 			return nil, err
 		}
-		if m.server != nil {
-			if serve[i], err = m.server(nil); err != nil {
-				return nil, err
-			}
-		}
 	}
+	return stacks, nil
+}
+
+// startStacks starts an in-process chain with the stacks of buildStacks:
+// the dial options of process i go on the connection it makes (hop i),
+// its server options on its server (tier i-1); the last tier makes no
+// connection, and the edge client has no server.
+func startStacks(seed uint64, stacks []stack) (*testsvc.Chain, error) {
 	return testsvc.Start(testsvc.Config{
-		DialOptions:   func(hop int) []grpc.DialOption { return dial[hop] },
-		ServerOptions: func(tier int) []grpc.ServerOption { return serve[tier] },
+		DialOptions:   func(hop int) []grpc.DialOption { return stacks[hop].dial },
+		ServerOptions: func(tier int) []grpc.ServerOption { return stacks[tier+1].server },
 		Seed:          seed,
 	})
 }
