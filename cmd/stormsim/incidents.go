@@ -32,7 +32,7 @@ const (
 
 // scenarios lists the scenarios with what they show, for the usage.
 var scenarios = []struct{ name, about string }{
-	{scenarioKill, "payment killed from the start: one request, sustained load, recovery, per mode (the default)"},
+	{scenarioKill, "payment killed from the start: one request, sustained open-loop load, closed-loop users, recovery, per mode (the default)"},
 	{scenarioOutage, "payment UNAVAILABLE after healthy open-loop traffic, then back; per time slice"},
 	{scenarioPartial, "payment takes a fifth of its capacity after healthy traffic, then all of it; per time slice"},
 	{scenarioHang, "payment holds every call until its caller's deadline after healthy traffic, then answers again; per time slice"},

@@ -48,14 +48,13 @@ func TestScenarioFlags(t *testing.T) {
 		{"--scenario", "partial", "--modes", "nope"},
 		{"--scenario", "hang", "--replicas", "3"},
 		{"--scenario", "slow", "--modes", "tiered"},
-		{"--rate", "10"},    // kill does not read it
-		{"--replicas", "1"}, // nor this
+		{"--scenario", "slow", "--modes", "adaptive"}, // now recommended
+		{"--scenario", "slow", "--rate", "0"},
+		{"--scenario", "hang", "--users-for", "1s"},
+		{"--replicas", "1"}, // kill does not read it
 		{"--for", "1s"},     // nor this
 	} {
-		var stdout, stderr bytes.Buffer
-		if err := run(ctxT(t, 10*time.Second), args, &stdout, &stderr); err == nil {
-			t.Errorf("run(%q): got no error", args)
-		}
+		runFails(t, args...)
 	}
 }
 
