@@ -28,12 +28,14 @@ func chartFormat(path string) (string, error) {
 }
 
 // rates turns the cumulative samples of a mode into calls per second, at
-// the middle of each sampling interval.
+// the middle of each sampling interval. An interval shorter than half of
+// sampleEvery (the last reading, taken when the load stopped) is left
+// out: a few calls in 3 ms would read as thousands a second.
 func rates(s []sample) plotter.XYs {
 	var xys plotter.XYs
 	for i := 1; i < len(s); i++ {
 		dt := (s[i].t - s[i-1].t).Seconds()
-		if dt <= 0 {
+		if dt < (sampleEvery / 2).Seconds() {
 			continue
 		}
 		x := (s[i].t + s[i-1].t).Seconds() / 2
@@ -51,14 +53,16 @@ const (
 
 // writeChart draws calls per second at payment over time, one panel per
 // mode (stacked, on the same axes, so that the modes compare at a glance),
-// with payment's kill as a dashed line at 0 and the mode's restart as a
-// triangle. There is no legend over the lines: each panel names its mode
+// with payment's kill as a dashed line at 0, the start of the mode's
+// closed-loop users as a dotted line and its restart as a triangle. There is no legend over the lines: each panel names its mode
 // and its calls at payment per user request, and the head of the chart
 // says what the marks are. broke and back name them: "payment killed" and
 // "payment restarted", or for --flaky "payment failing" and "payment
-// healthy". It writes path in the format its extension names, through a
+// healthy"; openKey and usersKey name the open loop that follows the kill
+// and the closed-loop users that start at each panel's dotted line. It
+// writes path in the format its extension names, through a
 // temporary file next to it, so a reader never sees half a chart.
-func writeChart(path, title, broke, back string, rs []result) error {
+func writeChart(path, title, broke, back, openKey, usersKey string, rs []result) error {
 	format, err := chartFormat(path)
 	if err != nil {
 		return err
@@ -100,7 +104,7 @@ func writeChart(path, title, broke, back string, rs []result) error {
 	key := head
 	key.Font.Size = vg.Points(9)
 	dc.FillText(key, vg.Point{X: chartWidth / 2, Y: dc.Max.Y - vg.Points(22)},
-		fmt.Sprintf("dashed line at 0: %s; triangle: %s; every panel on the same scale", broke, back))
+		fmt.Sprintf("dashed line at 0: %s; %s; dotted line: %s; triangle: %s; every panel on the same scale", broke, openKey, usersKey, back))
 	tiles := draw.Tiles{Rows: len(rs), Cols: 1, PadTop: headHeight, PadBottom: vg.Points(4),
 		PadLeft: vg.Points(4), PadRight: vg.Points(12), PadY: vg.Points(6)}
 	for i, cs := range plot.Align(plots, tiles, dc) {
@@ -127,7 +131,8 @@ func writeChart(path, title, broke, back string, rs []result) error {
 // panel is one mode's plot: its line, the kill at 0 and its restart.
 func panel(r result, c color.Color, top float64) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s: %.2f calls at payment per user request", r.Mode, r.Sustained.Amplification)
+	p.Title.Text = fmt.Sprintf("%s: %.0f calls/s at payment from %d req/s, %.2f per request; %d users: %.2f per request",
+		r.Mode, r.Sustained.CallsPerSecond, r.Sustained.Rate, r.Sustained.Amplification, r.ClosedLoop.Users, r.ClosedLoop.Amplification)
 	p.Title.TextStyle.Font.Size = vg.Points(10)
 	p.Y.Label.Text = "calls/s"
 	p.Y.Min, p.Y.Max = 0, top
@@ -150,6 +155,17 @@ func panel(r result, c color.Color, top float64) (*plot.Plot, error) {
 	kill.Width = vg.Points(1)
 	kill.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 	p.Add(kill)
+
+	if r.usersAt > 0 {
+		users, err := plotter.NewLine(plotter.XYs{{X: r.usersAt.Seconds(), Y: 0}, {X: r.usersAt.Seconds(), Y: top}})
+		if err != nil {
+			return nil, err
+		}
+		users.Color = color.Gray{Y: 90}
+		users.Width = vg.Points(1)
+		users.Dashes = []vg.Length{vg.Points(1), vg.Points(2)}
+		p.Add(users)
+	}
 
 	if r.restartAt > 0 {
 		y := 0.0

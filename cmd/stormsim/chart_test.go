@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot/plotter"
 )
 
 // TestDefaultWritesNoChart: a run without --chart writes nothing into the
@@ -42,17 +45,22 @@ func series(rate float64, d time.Duration) []sample {
 	return s
 }
 
-// TestChartPanels: one panel per mode, each titled with the mode, the key
-// of the marks once at the top, and no legend (a legend would repeat every
-// mode's name).
+// TestChartPanels: one panel per mode, each titled with the mode and what
+// its sustained open loop and its closed-loop users cost payment, the key
+// of the marks once at the top, and no legend (a legend would repeat
+// every mode's name).
 func TestChartPanels(t *testing.T) {
+	open := func(perSecond, perRequest float64) phaseStats {
+		return phaseStats{Rate: 200, CallsPerSecond: perSecond, Amplification: perRequest}
+	}
+	users := func(perRequest float64) phaseStats { return phaseStats{Users: 32, Amplification: perRequest} }
 	rs := []result{
-		{Mode: "naive", Sustained: sustainedStats{Amplification: 27}, series: series(1000, 3*time.Second), restartAt: 2500 * time.Millisecond},
-		{Mode: "tiered", Sustained: sustainedStats{Amplification: 3}, series: series(300, 3*time.Second), restartAt: 2500 * time.Millisecond},
-		{Mode: "stormguard", Sustained: sustainedStats{Amplification: 0.03}, series: series(5, 3*time.Second), restartAt: 2600 * time.Millisecond},
+		{Mode: "naive", Sustained: open(5400, 27), ClosedLoop: users(27), series: series(1000, 3*time.Second), usersAt: 2 * time.Second, restartAt: 2500 * time.Millisecond},
+		{Mode: "tiered", Sustained: open(600, 3), ClosedLoop: users(3), series: series(300, 3*time.Second), usersAt: 2 * time.Second, restartAt: 2500 * time.Millisecond},
+		{Mode: "stormguard", Sustained: open(49, 0.24), ClosedLoop: users(0.004), series: series(5, 3*time.Second), usersAt: 2 * time.Second, restartAt: 2600 * time.Millisecond},
 	}
 	path := filepath.Join(t.TempDir(), "chart.svg")
-	if err := writeChart(path, "the title", "payment killed", "payment restarted", rs); err != nil {
+	if err := writeChart(path, "the title", "payment killed", "payment restarted", "then 200 req/s", "32 users start", rs); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
@@ -61,11 +69,11 @@ func TestChartPanels(t *testing.T) {
 	}
 	svg := string(b)
 	for _, want := range []string{
-		"naive: 27.00 calls at payment per user request",
-		"tiered: 3.00 calls at payment per user request",
-		"stormguard: 0.03 calls at payment per user request",
+		"naive: 5400 calls/s at payment from 200 req/s, 27.00 per request; 32 users: 27.00 per request",
+		"tiered: 600 calls/s at payment from 200 req/s, 3.00 per request; 32 users: 3.00 per request",
+		"stormguard: 49 calls/s at payment from 200 req/s, 0.24 per request; 32 users: 0.00 per request",
 		"the title",
-		"dashed line at 0: payment killed; triangle: payment restarted",
+		"dashed line at 0: payment killed; then 200 req/s; dotted line: 32 users start; triangle: payment restarted",
 	} {
 		if n := strings.Count(svg, want); n != 1 {
 			t.Errorf("%q appears %d times in the chart, want once", want, n)
@@ -76,7 +84,23 @@ func TestChartPanels(t *testing.T) {
 			t.Errorf("a legend entry %q: found %d, want none", mode, n)
 		}
 	}
-	if err := writeChart(path, "t", "a", "b", nil); err == nil {
+	if err := writeChart(path, "t", "a", "b", "c", "d", nil); err == nil {
 		t.Error("a chart of no mode: got no error")
+	}
+}
+
+// TestRatesShortInterval: calls per second per sampling interval, without
+// the last, short one: 13 calls in 5 ms are not 2600 calls a second.
+func TestRatesShortInterval(t *testing.T) {
+	ms := time.Millisecond
+	got := rates([]sample{{0, 0}, {100 * ms, 100}, {200 * ms, 250}, {205 * ms, 263}})
+	want := plotter.XYs{{X: 0.05, Y: 1000}, {X: 0.15, Y: 1500}}
+	if len(got) != len(want) {
+		t.Fatalf("rates: got %v, want %v", got, want)
+	}
+	for i := range want {
+		if math.Abs(got[i].X-want[i].X) > 1e-9 || math.Abs(got[i].Y-want[i].Y) > 1e-6 {
+			t.Errorf("rates[%d]: got %v, want %v", i, got[i], want[i])
+		}
 	}
 }

@@ -21,7 +21,7 @@ type incidentFlagValues struct {
 
 func incidentFlags(fs *flag.FlagSet) incidentFlagValues {
 	return incidentFlagValues{
-		rate:     fs.Int("rate", 0, "outage, partial, hang, slow: open-loop user requests per second (default 300; slow 240)"),
+		rate:     fs.Int("rate", 0, "open-loop user requests per second, 1 to 10000: kill's sustained phase (default 200); outage, partial, hang (default 300); slow (default 240)"),
 		healthy:  fs.Duration("healthy", 0, "outage, partial, hang, slow: healthy traffic before the incident (default 1.5s; slow 1s)"),
 		during:   fs.Duration("for", 0, "outage, partial, hang, slow, long: length of the incident (default 3s; slow 1s; long 30s)"),
 		after:    fs.Duration("after", 0, "outage, partial, hang, slow: traffic after the incident (default 1.5s; slow 2.5s)"),
@@ -33,7 +33,7 @@ func incidentFlags(fs *flag.FlagSet) incidentFlagValues {
 // scenarioFlags are the flags that each scenario reads; json and seed go
 // with every one.
 var scenarioFlags = map[string][]string{
-	scenarioKill:    {"modes", "users", "duration", "flaky", "chart", "max-recovery"},
+	scenarioKill:    {"modes", "rate", "duration", "users", "users-for", "flaky", "chart", "max-recovery"},
 	scenarioOutage:  {"modes", "rate", "healthy", "for", "after", "slice"},
 	scenarioPartial: {"modes", "rate", "healthy", "for", "after", "slice"},
 	scenarioHang:    {"modes", "rate", "healthy", "for", "after", "slice"},
@@ -82,9 +82,9 @@ func incidentConfigOf(scenario string, seed uint64, v incidentFlagValues) (incid
 			return ic, err
 		}
 	}
-	if *v.rate != 0 {
-		if *v.rate < 1 || *v.rate > 10000 {
-			return ic, fmt.Errorf("--rate %d: want 1 to 10000", *v.rate)
+	if *v.rate != 0 { // 0: not set (demo refuses a --rate 0 given)
+		if *v.rate < 1 || *v.rate > maxRate {
+			return ic, fmt.Errorf("--rate %d: want 1 to %d user requests per second", *v.rate, maxRate)
 		}
 		ic.rate = *v.rate
 	}

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
@@ -33,7 +32,7 @@ const (
 
 // scenarios lists the scenarios with what they show, for the usage.
 var scenarios = []struct{ name, about string }{
-	{scenarioKill, "payment killed from the start: one request, sustained load, recovery, per mode (the default)"},
+	{scenarioKill, "payment killed from the start: one request, sustained open-loop load, closed-loop users, recovery, per mode (the default)"},
 	{scenarioOutage, "payment UNAVAILABLE after healthy open-loop traffic, then back; per time slice"},
 	{scenarioPartial, "payment takes a fifth of its capacity after healthy traffic, then all of it; per time slice"},
 	{scenarioHang, "payment holds every call until its caller's deadline after healthy traffic, then answers again; per time slice"},
@@ -92,22 +91,20 @@ var (
 	slowPerAttempt = [3]time.Duration{400 * time.Millisecond, 250 * time.Millisecond, 150 * time.Millisecond}
 )
 
-// chainMode is a retry stack with its options chosen per hop, for the
-// scenarios on the in-process gRPC chain.
+// chainMode is a retry stack with its options chosen per process, for
+// the scenarios on the in-process gRPC chain: process(i) is the stack of
+// process i (0 the edge client, i > 0 tier i-1), whose client side is hop
+// i (see startStacks).
 type chainMode struct {
 	name, about string
-	dial        func(hop int) ([]grpc.DialOption, error)
-	server      func(tier int) ([]grpc.ServerOption, error) // nil: no server interceptor
+	process     func(proc int) (stack, error)
 }
 
 // chainModes returns the modes of ms for the scenarios on the chain.
 func chainModes(ms []mode) []chainMode {
 	out := make([]chainMode, len(ms))
 	for i, m := range ms {
-		out[i] = chainMode{name: m.name, about: m.about, dial: func(int) ([]grpc.DialOption, error) { return m.dial(nil) }}
-		if m.server != nil {
-			out[i].server = func(int) ([]grpc.ServerOption, error) { return m.server(nil) }
-		}
+		out[i] = chainMode{name: m.name, about: m.about, process: func(int) (stack, error) { return m.process(nil) }}
 	}
 	return out
 }
@@ -116,42 +113,38 @@ func chainModes(ms []mode) []chainMode {
 // retrying one bounds each attempt by slowPerAttempt.
 var slowModes = []chainMode{
 	{name: "off", about: "no interceptor, no retries",
-		dial: func(int) ([]grpc.DialOption, error) { return nil, nil }},
+		process: func(int) (stack, error) { return stack{}, nil }},
 	{name: "naive", about: "go-grpc-middleware retry on every hop: WithMax(3), UNAVAILABLE and DEADLINE_EXCEEDED, WithPerRetryTimeout",
-		dial: func(hop int) ([]grpc.DialOption, error) {
-			return []grpc.DialOption{grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
+		process: func(hop int) (stack, error) {
+			return stack{dial: []grpc.DialOption{grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
 				retry.WithMax(3),
 				retry.WithCodes(codes.Unavailable, codes.DeadlineExceeded),
 				retry.WithPerRetryTimeout(slowPerAttempt[min(hop, 2)]),
 				retry.WithBackoff(retry.BackoffExponentialWithJitter(naiveBackoffBase, naiveBackoffJitter)),
-			))}, nil
+			))}}, nil
 		}},
 	{name: "stormguard", about: "budget and breakers per hop, per-attempt timeouts, admission control on every server",
-		dial: func(hop int) ([]grpc.DialOption, error) {
+		process: func(hop int) (stack, error) {
 			set, err := breaker.NewSet(breaker.Config{}, 0)
 			if err != nil {
-				return nil, err
+				return stack{}, err
 			}
-			return interceptor.DialOptions(interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set),
-				interceptor.WithPerAttemptTimeout(slowPerAttempt[min(hop, 2)])), nil
-		},
-		server: admissionServer},
-	{name: "adaptive", about: "adaptive throttle and budget per hop, per-attempt timeouts, admission control on every server (interceptor.Recommended plus per-attempt timeouts)",
-		dial: func(hop int) ([]grpc.DialOption, error) {
-			set, err := adaptive.NewSet(adaptive.Config{}, 0)
-			if err != nil {
-				return nil, err
-			}
-			return interceptor.DialOptions(interceptor.WithBudget(budget.Config{}), interceptor.WithAdaptive(set),
-				interceptor.WithPerAttemptTimeout(slowPerAttempt[min(hop, 2)])), nil
-		},
-		server: admissionServer},
+			return slowStack(interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set),
+				interceptor.WithAdmission(admission.Config{}), interceptor.WithPerAttemptTimeout(slowPerAttempt[min(hop, 2)]))
+		}},
+	{name: recommendedMode, about: "interceptor.Recommended() on every process plus per-attempt timeouts: adaptive throttle and budget per hop, admission control on every server",
+		process: func(hop int) (stack, error) {
+			return slowStack(append(interceptor.Recommended(), interceptor.WithPerAttemptTimeout(slowPerAttempt[min(hop, 2)]))...)
+		}},
 }
 
-// admissionServer is stormguard's server interceptor with admission
-// control, a fresh limiter per tier.
-func admissionServer(int) ([]grpc.ServerOption, error) {
-	return interceptor.ServerOptions(interceptor.WithAdmission(admission.Config{})), nil
+// slowStack is one Interceptors of opts, both sides.
+func slowStack(opts ...interceptor.Option) (stack, error) {
+	ic, err := interceptor.New(opts...)
+	if err != nil {
+		return stack{}, err
+	}
+	return stack{dial: ic.DialOptions(), server: ic.ServerOptions(), ic: ic}, nil
 }
 
 func slowModeNames() []string {
@@ -243,28 +236,11 @@ func stat(sl loadgen.Slice, width time.Duration) sliceStat {
 // every hop.
 func runChainIncident(ic incidentConfig, m chainMode) (column, error) {
 	col := column{Mode: m.name, RecoveryMS: -1}
-	var err error
-	dial := make([][]grpc.DialOption, len(testsvc.DefaultTiers))
-	for i := range dial {
-		if dial[i], err = m.dial(i); err != nil {
-			return col, err
-		}
+	stacks, err := buildStacks(m.process)
+	if err != nil {
+		return col, err
 	}
-	serve := make([][]grpc.ServerOption, len(testsvc.DefaultTiers))
-	for i := range serve {
-		if m.server == nil {
-			break
-		}
-		if serve[i], err = m.server(i); err != nil {
-			return col, err
-		}
-	}
-	cfg := testsvc.Config{
-		DialOptions:   func(hop int) []grpc.DialOption { return dial[hop] },
-		ServerOptions: func(tier int) []grpc.ServerOption { return serve[tier] },
-		Seed:          ic.seed,
-	}
-	chain, err := testsvc.Start(cfg)
+	chain, err := startStacks(ic.seed, stacks)
 	if err != nil {
 		return col, err
 	}

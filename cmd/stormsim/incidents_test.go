@@ -48,14 +48,13 @@ func TestScenarioFlags(t *testing.T) {
 		{"--scenario", "partial", "--modes", "nope"},
 		{"--scenario", "hang", "--replicas", "3"},
 		{"--scenario", "slow", "--modes", "tiered"},
-		{"--rate", "10"},    // kill does not read it
-		{"--replicas", "1"}, // nor this
+		{"--scenario", "slow", "--modes", "adaptive"}, // now recommended
+		{"--scenario", "slow", "--rate", "0"},
+		{"--scenario", "hang", "--users-for", "1s"},
+		{"--replicas", "1"}, // kill does not read it
 		{"--for", "1s"},     // nor this
 	} {
-		var stdout, stderr bytes.Buffer
-		if err := run(ctxT(t, 10*time.Second), args, &stdout, &stderr); err == nil {
-			t.Errorf("run(%q): got no error", args)
-		}
+		runFails(t, args...)
 	}
 }
 
@@ -118,12 +117,12 @@ func TestFleetScenario(t *testing.T) {
 }
 
 // The outage on the gRPC chain, short: what cannot depend on timing.
-// tiered sends every request's three attempts at the dead payment; the
-// adaptive throttle, having seen healthy traffic, stops after the first
-// failures. Only requests still in flight when payment is back can
+// tiered sends every request's three attempts at the dead payment;
+// recommended's adaptive throttle, having seen healthy traffic, stops
+// after the first failures. Only requests still in flight when payment is back can
 // succeed: with 1.5 s down, more than half would need a stall of 750 ms.
 func TestOutageScenario(t *testing.T) {
-	r := runSliced(t, "--scenario", "outage", "--modes", "tiered,adaptive", "--rate", "100",
+	r := runSliced(t, "--scenario", "outage", "--modes", "tiered,recommended", "--rate", "100",
 		"--healthy", "250ms", "--for", "1500ms", "--after", "250ms", "--slice", "250ms")
 	if len(r.Columns) != 2 {
 		t.Fatalf("%d columns, want 2", len(r.Columns))
@@ -136,27 +135,27 @@ func TestOutageScenario(t *testing.T) {
 			t.Errorf("%s: %d requests in the outage, success %v: want some, mostly failed", c.Mode, c.Incident.Requests, c.Incident.Success)
 		}
 	}
-	tiered, ad := columnOf(t, r, "tiered"), columnOf(t, r, "adaptive")
+	tiered, ad := columnOf(t, r, "tiered"), columnOf(t, r, "recommended")
 	if ad.Incident.CallsPerRequest >= tiered.Incident.CallsPerRequest {
-		t.Errorf("calls/request in the outage: adaptive %v, tiered %v; want adaptive fewer", ad.Incident.CallsPerRequest, tiered.Incident.CallsPerRequest)
+		t.Errorf("calls/request in the outage: recommended %v, tiered %v; want recommended fewer", ad.Incident.CallsPerRequest, tiered.Incident.CallsPerRequest)
 	}
 }
 
 // The hang, short: requests that meet it are held until their deadline
-// and fail (the hang lasts longer than the deadline); the adaptive
-// throttle, down after the first deadline (1 s into the 2 s hang), sends
+// and fail (the hang lasts longer than the deadline); recommended's
+// adaptive throttle, down after the first deadline (1 s into the 2 s hang), sends
 // fewer calls than tiered, which sends one per request throughout.
 func TestHangScenario(t *testing.T) {
-	r := runSliced(t, "--scenario", "hang", "--modes", "tiered,adaptive", "--rate", "100",
+	r := runSliced(t, "--scenario", "hang", "--modes", "tiered,recommended", "--rate", "100",
 		"--healthy", "250ms", "--for", "2s", "--after", "250ms")
-	tiered, ad := columnOf(t, r, "tiered"), columnOf(t, r, "adaptive")
+	tiered, ad := columnOf(t, r, "tiered"), columnOf(t, r, "recommended")
 	for _, c := range []column{tiered, ad} {
 		if len(c.Slices) != 10 || c.Incident.Requests == 0 || c.Incident.Success >= 0.5 {
 			t.Errorf("%s: %d slices, %d requests in the hang, success %v: want 10, some, mostly failed", c.Mode, len(c.Slices), c.Incident.Requests, c.Incident.Success)
 		}
 	}
 	if ad.Incident.CallsPerRequest >= tiered.Incident.CallsPerRequest {
-		t.Errorf("calls/request in the hang: adaptive %v, tiered %v; want adaptive fewer", ad.Incident.CallsPerRequest, tiered.Incident.CallsPerRequest)
+		t.Errorf("calls/request in the hang: recommended %v, tiered %v; want recommended fewer", ad.Incident.CallsPerRequest, tiered.Incident.CallsPerRequest)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/stormguard/stormguard/internal/clock"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
@@ -156,6 +157,100 @@ func (u *users) stop() {
 	u.stopStarting()
 	u.abort()
 	u.wg.Wait()
+}
+
+// arrivals sends user requests at a fixed rate, whatever the answers: an
+// open loop, as users arrive at a service, where a slow or failing answer
+// does not hold the next request back (startUsers is the closed loop).
+type arrivals struct {
+	stopSending context.CancelFunc
+	abort       context.CancelFunc
+	sent        chan struct{}  // closed when the last request is sent, or sending stopped
+	wg          sync.WaitGroup // the requests in flight
+}
+
+// arrivalsBy returns how many requests of an open loop at rate per second
+// are due elapsed after its start: one at 0, one every 1/rate s after.
+func arrivalsBy(elapsed time.Duration, rate int) int {
+	if elapsed < 0 {
+		return 0
+	}
+	return int(int64(elapsed)*int64(rate)/int64(time.Second)) + 1
+}
+
+// arrivalsWithin returns how many requests an open loop at rate per
+// second sends in total: those due before total, ceil(total x rate).
+func arrivalsWithin(total time.Duration, rate int) int {
+	return int((int64(total)*int64(rate) + int64(time.Second) - 1) / int64(time.Second))
+}
+
+// startArrivals sends arrivalsWithin(total, rate) unary requests through
+// cl, each in its own goroutine with a deadline of requestTimeout, on the
+// schedule of arrivalsBy, and records them in rec; a late tick sends the
+// requests it owes at once. Wait for sent, then drain or stop.
+func startArrivals(cl testsvcv1.TestServiceClient, rate int, total time.Duration, rec *recorder) *arrivals {
+	ticker := time.NewTicker(max(time.Second/time.Duration(rate), time.Millisecond))
+	a := startArrivalsOn(cl, rate, total, rec, clock.Real{}, ticker.C)
+	go func() {
+		<-a.sent
+		ticker.Stop()
+	}()
+	return a
+}
+
+// startArrivalsOn is startArrivals on clk's time, looking at the schedule
+// at its start and on every tick.
+func startArrivalsOn(cl testsvcv1.TestServiceClient, rate int, total time.Duration, rec *recorder, clk clock.Clock, ticks <-chan time.Time) *arrivals {
+	sendCtx, stopSending := context.WithCancel(context.Background())
+	abortCtx, abort := context.WithCancel(context.Background())
+	a := &arrivals{stopSending: stopSending, abort: abort, sent: make(chan struct{})}
+	n := arrivalsWithin(total, rate)
+	t0 := clk.Now()
+	go func() {
+		defer close(a.sent)
+		req := &testsvcv1.UnaryRequest{Id: "arrival"}
+		for sent := 0; sent < n; {
+			for due := min(n, arrivalsBy(clk.Now().Sub(t0), rate)); sent < due; sent++ {
+				a.wg.Go(func() {
+					start := time.Now()
+					ctx, cancel := context.WithTimeout(abortCtx, requestTimeout)
+					_, err := cl.Unary(ctx, req)
+					cancel()
+					if abortCtx.Err() != nil {
+						return // aborted: the request did not finish on its own
+					}
+					rec.add(start, err == nil)
+				})
+			}
+			if sent == n {
+				return
+			}
+			select {
+			case <-sendCtx.Done():
+				return
+			case <-ticks:
+			}
+		}
+	}()
+	return a
+}
+
+// drain waits for the last request to be sent and for every request in
+// flight to end (at most requestTimeout after it was sent).
+func (a *arrivals) drain() {
+	<-a.sent
+	a.wg.Wait()
+	a.stopSending()
+	a.abort()
+}
+
+// stop stops sending, cancels the requests in flight (they are not
+// recorded), and waits for them to return.
+func (a *arrivals) stop() {
+	a.stopSending()
+	<-a.sent
+	a.abort()
+	a.wg.Wait()
 }
 
 // recoveryWatch judges, window by window from start, the requests that

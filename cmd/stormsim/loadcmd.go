@@ -36,7 +36,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	users := fs.Int("users", 32, "concurrent users")
 	duration := fs.Duration("duration", time.Minute, "how long to send requests")
 	statsAddrs := fs.String("stats", "", "comma-separated `addresses` of the tiers to ask for their counts")
-	modeName := fs.String("mode", "stormguard", "retry stack of the edge client: one of "+fmt.Sprint(modeNames()))
+	modeName := fs.String("mode", recommendedMode, "retry stack of the edge client: one of "+fmt.Sprint(modeNames()))
 	interval := fs.Duration("interval", time.Second, "how often to print the counts")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,7 +57,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
-	conn, err := dial(*target, m, nil)
+	conn, err := dialEdge(*target, m)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
 	}
@@ -77,6 +77,7 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		stats = append(stats, &tierStats{addr: addr, client: testsvcv1.NewStatsServiceClient(sc)})
 	}
 
+	fmt.Fprintf(stderr, "stormsim: load (%s): %d users to %s\n", m.name, *users, *target)
 	rec := &recorder{}
 	start := time.Now()
 	u := startUsers(testsvcv1.NewTestServiceClient(conn), *users, rec)

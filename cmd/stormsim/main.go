@@ -51,6 +51,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return demo(ctx, args, stdout, stderr)
 }
 
+// killRate is the open-loop rate of the demo's sustained phase: the
+// seed's payment, which expects 200 requests a second.
+const killRate = 200
+
+// maxRate bounds --rate.
+const maxRate = 10000
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // isTerminal reports whether w is a terminal.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
@@ -65,22 +79,24 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: stormsim [flags]\n       stormsim serve -h\n       stormsim load -h\n\n"+
 			"Kills the payment service of an in-process gateway -> order -> payment chain and counts,\n"+
-			"for each mode, the calls one user request causes, what sustained load does, and how\n"+
-			"long users need to succeed again once payment is back.\n\nModes:\n")
+			"for each mode, the calls one user request causes, what sustained load does (--rate\n"+
+			"requests a second, sent whatever the answers; then --users users, each waiting for its\n"+
+			"answer), and how long users need to succeed again once payment is back.\n\nModes:\n")
 		for _, m := range modes {
-			fmt.Fprintf(stderr, "  %-10s  %s\n", m.name, m.about)
+			fmt.Fprintf(stderr, "  %-11s  %s\n", m.name, m.about)
 		}
 		fmt.Fprintf(stderr, "\nScenarios (--scenario):\n")
 		for _, sc := range scenarios {
-			fmt.Fprintf(stderr, "  %-10s  %s\n", sc.name, sc.about)
+			fmt.Fprintf(stderr, "  %-11s  %s\n", sc.name, sc.about)
 		}
 		fmt.Fprintf(stderr, "\n--scenario slow has its own modes: %s.\n", strings.Join(slowModeNames(), ", "))
 		fmt.Fprintf(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	modesFlag := fs.String("modes", strings.Join(modeNames(), ","), "comma-separated `modes` to run, in order")
-	users := fs.Int("users", 32, "concurrent users in the sustained and recovery phases")
-	duration := fs.Duration("duration", 2500*time.Millisecond, "length of the sustained phase of each mode")
+	duration := fs.Duration("duration", 2*time.Second, "length of the sustained phase of each mode, --rate requests a second (open loop)")
+	users := fs.Int("users", 32, "users in the closed-loop phase after the sustained one, and in the recovery phase")
+	usersFor := fs.Duration("users-for", time.Second, "length of the closed-loop phase of --users users")
 	flaky := fs.Float64("flaky", 0, "instead of killing payment, make it fail each call with `probability` p in (0, 1]; 0 kills it")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
 	asJSON := fs.Bool("json", false, "print one JSON array, one object per mode, instead of the table")
@@ -97,6 +113,9 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := checkScenarioFlags(fs, *scenario); err != nil {
 		return err
 	}
+	if isSet(fs, "rate") && (*inc.rate < 1 || *inc.rate > maxRate) {
+		return fmt.Errorf("--rate %d: want 1 to %d user requests per second", *inc.rate, maxRate)
+	}
 	if *scenario != scenarioKill {
 		return incidentDemo(ctx, *scenario, *modesFlag, *seed, *asJSON, inc, stdout, stderr)
 	}
@@ -104,11 +123,17 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rate := killRate
+	if isSet(fs, "rate") {
+		rate = *inc.rate
+	}
 	switch {
 	case *users < 1 || *users > 10000:
 		return fmt.Errorf("--users %d: want 1 to 10000", *users)
 	case *duration <= 0 || *duration > time.Hour:
 		return fmt.Errorf("--duration %v: want more than 0, at most 1h", *duration)
+	case *usersFor <= 0 || *usersFor > time.Hour:
+		return fmt.Errorf("--users-for %v: want more than 0, at most 1h", *usersFor)
 	case !(*flaky >= 0 && *flaky <= 1):
 		return fmt.Errorf("--flaky %v: want a probability in [0, 1]", *flaky)
 	case *maxRecovery <= 0 || *maxRecovery > time.Hour:
@@ -124,8 +149,10 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cfg := simConfig{
-		users:       *users,
+		rate:        rate,
 		duration:    *duration,
+		users:       *users,
+		usersFor:    *usersFor,
 		flaky:       *flaky,
 		seed:        *seed,
 		maxRecovery: *maxRecovery,
@@ -159,7 +186,9 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			title = fmt.Sprintf("payment failing %.0f %% at random: calls per second at payment", cfg.flaky*100)
 			broke, back = "payment failing", "payment healthy again"
 		}
-		if err := writeChart(*chart, title, broke, back, rs); err != nil {
+		openKey := fmt.Sprintf("then %d req/s, open loop", cfg.rate)
+		usersKey := fmt.Sprintf("%d users start, closed loop", cfg.users)
+		if err := writeChart(*chart, title, broke, back, openKey, usersKey, rs); err != nil {
 			return fmt.Errorf("chart: %w", err)
 		}
 		where := *chart

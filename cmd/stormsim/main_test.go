@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,19 +35,20 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 // tiny is a demo run short enough for a test: what it asserts does not
 // depend on the durations.
-var tiny = simConfig{users: 4, duration: 200 * time.Millisecond, seed: 1, maxRecovery: 2 * time.Second, tail: 0}
+var tiny = simConfig{rate: 100, duration: 200 * time.Millisecond, users: 4, usersFor: 200 * time.Millisecond,
+	seed: 1, maxRecovery: 2 * time.Second, tail: 0}
 
 // TestSingleRequest checks the one-request column of every mode: the
 // storm of DESIGN.md and its cure. The counts do not depend on timing: one
 // request on a fresh chain with payment killed.
 func TestSingleRequest(t *testing.T) {
 	want := map[string]singleCounts{
-		"naive":      {3, 9, 27},
-		"one-retry":  {2, 4, 8},
-		"budget":     {3, 9, 27}, // the budget's floor lets one request retry fully
-		"tiered":     {1, 1, 3},
-		"stormguard": {1, 1, 3},
-		"adaptive":   {1, 1, 3}, // cold: three failures before payment is down
+		"naive":       {3, 9, 27},
+		"one-retry":   {2, 4, 8},
+		"budget":      {3, 9, 27}, // the budget's floor lets one request retry fully
+		"tiered":      {1, 1, 3},
+		"stormguard":  {1, 1, 3},
+		"recommended": {1, 1, 3}, // cold: three failures before payment is down
 	}
 	rs, err := simulate(ctxT(t, 60*time.Second), tiny, modes, noProgress{})
 	if err != nil {
@@ -58,15 +61,30 @@ func TestSingleRequest(t *testing.T) {
 		if got := r.Single; got != want[r.Mode] {
 			t.Errorf("%s: calls (gateway, order, payment) for one request: got %v, want %v", r.Mode, got, want[r.Mode])
 		}
-		s := r.Sustained
-		if s.Requests <= 0 || s.Success != 0 {
-			t.Errorf("%s: sustained load with payment killed: %d requests, success %v; want some requests, none successful", r.Mode, s.Requests, s.Success)
+		// The open loop sends its 20 requests (100/s for 200 ms) in every
+		// mode, whatever the answers; the closed loop as many as its
+		// users' answers let them.
+		if got := r.Sustained; got.Rate != 100 || got.Users != 0 || got.Requests != 20 || got.DurationMS != 200 {
+			t.Errorf("%s: open loop: rate %d, users %d, %d requests in %d ms; want 100/s, none, 20 in 200 ms", r.Mode, got.Rate, got.Users, got.Requests, got.DurationMS)
 		}
-		if s.P50MS > s.P99MS || s.P99MS > float64(requestTimeout/time.Millisecond)+500 {
-			t.Errorf("%s: p50 %v ms, p99 %v ms: want p50 <= p99 <= the deadline", r.Mode, s.P50MS, s.P99MS)
+		if got := r.ClosedLoop; got.Users != 4 || got.Rate != 0 || got.DurationMS != 200 {
+			t.Errorf("%s: closed loop: %d users, rate %d, %d ms; want 4, none, 200 ms", r.Mode, got.Users, got.Rate, got.DurationMS)
 		}
-		if len(r.series) < 2 || r.restartAt <= 0 {
-			t.Errorf("%s: %d samples for the chart, restart at %v", r.Mode, len(r.series), r.restartAt)
+		for phase, s := range map[string]phaseStats{"open loop": r.Sustained, "closed loop": r.ClosedLoop} {
+			if s.Requests <= 0 || s.Success != 0 {
+				t.Errorf("%s, %s with payment killed: %d requests, success %v; want some requests, none successful", r.Mode, phase, s.Requests, s.Success)
+			}
+			if s.P50MS > s.P99MS || s.P99MS > float64(requestTimeout/time.Millisecond)+500 {
+				t.Errorf("%s, %s: p50 %v ms, p99 %v ms: want p50 <= p99 <= the deadline", r.Mode, phase, s.P50MS, s.P99MS)
+			}
+			// Calls per second of sending and per request count the same
+			// calls.
+			if perSecond := s.Amplification * float64(s.Requests) / (float64(s.DurationMS) / 1000); math.Abs(perSecond-s.CallsPerSecond) > 0.01*perSecond+1 {
+				t.Errorf("%s, %s: %v calls/s, but %v calls per request x %d requests in %d ms", r.Mode, phase, s.CallsPerSecond, s.Amplification, s.Requests, s.DurationMS)
+			}
+		}
+		if len(r.series) < 2 || r.usersAt <= 0 || r.restartAt <= r.usersAt {
+			t.Errorf("%s: %d samples for the chart, users at %v, restart at %v", r.Mode, len(r.series), r.usersAt, r.restartAt)
 		}
 	}
 	// Sustained amplification: naive makes 27 calls per request that runs
@@ -74,14 +92,16 @@ func TestSingleRequest(t *testing.T) {
 	// machine), never more; TestNaiveSustained shows the exact 27 with a
 	// deadline no request reaches. Stormguard's order tier makes at most 3.
 	for _, r := range rs {
-		switch r.Mode {
-		case "naive":
-			if a := r.Sustained.Amplification; a > 27 || a <= 3 {
-				t.Errorf("naive: %v calls at payment per request, want within (3, 27]", a)
-			}
-		case "tiered", "stormguard", "adaptive":
-			if r.Sustained.Amplification > 3 {
-				t.Errorf("%s: %v calls at payment per request, want <= 3", r.Mode, r.Sustained.Amplification)
+		for phase, a := range map[string]float64{"open loop": r.Sustained.Amplification, "closed loop": r.ClosedLoop.Amplification} {
+			switch r.Mode {
+			case "naive":
+				if a > 27 || a <= 3 {
+					t.Errorf("naive, %s: %v calls at payment per request, want within (3, 27]", phase, a)
+				}
+			case "tiered", "stormguard", "recommended":
+				if a > 3 {
+					t.Errorf("%s, %s: %v calls at payment per request, want <= 3", r.Mode, phase, a)
+				}
 			}
 		}
 	}
@@ -141,7 +161,7 @@ func TestJSON(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "chart.png")
 	var stdout, stderr bytes.Buffer
 	err := run(ctxT(t, 60*time.Second), []string{
-		"--json", "--modes", "naive,tiered", "--users", "2", "--duration", "150ms",
+		"--json", "--modes", "naive,tiered", "--rate", "40", "--duration", "150ms", "--users", "2", "--users-for", "100ms",
 		"--max-recovery", "1s", "--chart", chart,
 	}, &stdout, &stderr)
 	if err != nil {
@@ -163,21 +183,21 @@ func TestJSON(t *testing.T) {
 		return k
 	}
 	for i, row := range rows {
-		if got, want := keysOf(row), []string{"mode", "recovery_ms", "single", "sustained"}; !slices.Equal(got, want) {
+		if got, want := keysOf(row), []string{"closed_loop", "mode", "recovery_ms", "single", "sustained"}; !slices.Equal(got, want) {
 			t.Fatalf("object %d: fields %v, want %v", i, got, want)
 		}
-		var single, sustained map[string]json.RawMessage
-		if err := json.Unmarshal(row["single"], &single); err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(row["sustained"], &sustained); err != nil {
-			t.Fatal(err)
-		}
-		if got, want := keysOf(single), []string{"gateway", "order", "payment"}; !slices.Equal(got, want) {
-			t.Fatalf("single: fields %v, want %v", got, want)
-		}
-		if got, want := keysOf(sustained), []string{"amplification", "p50_ms", "p99_ms", "requests", "success"}; !slices.Equal(got, want) {
-			t.Fatalf("sustained: fields %v, want %v", got, want)
+		for name, want := range map[string][]string{
+			"single":      {"gateway", "order", "payment"},
+			"sustained":   {"amplification", "calls_per_second", "duration_ms", "p50_ms", "p99_ms", "rate", "requests", "success"},
+			"closed_loop": {"amplification", "calls_per_second", "duration_ms", "p50_ms", "p99_ms", "requests", "success", "users"},
+		} {
+			var fields map[string]json.RawMessage
+			if err := json.Unmarshal(row[name], &fields); err != nil {
+				t.Fatal(err)
+			}
+			if got := keysOf(fields); !slices.Equal(got, want) {
+				t.Fatalf("object %d, %s: fields %v, want %v", i, name, got, want)
+			}
 		}
 	}
 	var rs []result
@@ -186,6 +206,15 @@ func TestJSON(t *testing.T) {
 	}
 	if rs[0].Mode != "naive" || rs[0].Single != (singleCounts{3, 9, 27}) || rs[1].Mode != "tiered" || rs[1].Single != (singleCounts{1, 1, 3}) {
 		t.Fatalf("rows: got %+v", rs)
+	}
+	for _, r := range rs {
+		// 40/s for 150 ms: at 0, 25, ... 125 ms.
+		if s := r.Sustained; s.Rate != 40 || s.Requests != 6 || s.DurationMS != 150 {
+			t.Errorf("%s: sustained %+v, want 6 requests at 40/s in 150 ms", r.Mode, s)
+		}
+		if s := r.ClosedLoop; s.Users != 2 || s.DurationMS != 100 || s.Requests < 1 {
+			t.Errorf("%s: closed loop %+v, want 2 users for 100 ms", r.Mode, s)
+		}
 	}
 	if fi, err := os.Stat(chart); err != nil || fi.Size() == 0 {
 		t.Fatalf("chart %s: %v", chart, err)
@@ -200,37 +229,77 @@ func TestJSON(t *testing.T) {
 
 func TestTable(t *testing.T) {
 	var out bytes.Buffer
-	err := writeTable(&out, simConfig{users: 32, duration: time.Second, maxRecovery: 8 * time.Second}, modes[:2], []result{
-		{Mode: "naive", Single: singleCounts{3, 9, 27}, Sustained: sustainedStats{Requests: 100, Amplification: 27, P50MS: 980, P99MS: 1200}, RecoveryMS: 100},
+	cfg := simConfig{rate: 200, duration: 2 * time.Second, users: 32, usersFor: time.Second, maxRecovery: 8 * time.Second}
+	err := writeTable(&out, cfg, modes[:2], []result{
+		{Mode: "naive", Single: singleCounts{3, 9, 27},
+			Sustained:  phaseStats{Rate: 200, DurationMS: 2000, Requests: 400, CallsPerSecond: 5400, Amplification: 27, P50MS: 990, P99MS: 1100},
+			ClosedLoop: phaseStats{Users: 32, DurationMS: 1000, Requests: 46, CallsPerSecond: 1242, Amplification: 27, P50MS: 980, P99MS: 1200},
+			RecoveryMS: 100},
 		{Mode: "one-retry", Single: singleCounts{2, 4, 8}, RecoveryMS: -1},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"3 / 9 / 27", "27.00", "1200 ms", "2 / 4 / 8", "> 8000 ms"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, out.String())
+	text := out.String()
+	open, closed, found := strings.Cut(text, "32 users: then 32 users for 1s, closed loop")
+	if !found {
+		t.Fatalf("no closed-loop table:\n%s", text)
+	}
+	for _, want := range []string{"200 req/s: then 200 user requests a second for 2s, open loop", "3 / 9 / 27", "400", "5400", "27.00", "1100 ms", "2 / 4 / 8"} {
+		if !strings.Contains(open, want) {
+			t.Errorf("open-loop part lacks %q:\n%s", want, open)
 		}
+	}
+	for _, want := range []string{"46", "1242", "27.00", "1200 ms", "100 ms", "> 8000 ms"} {
+		if !strings.Contains(closed, want) {
+			t.Errorf("closed-loop part lacks %q:\n%s", want, closed)
+		}
+	}
+	if strings.Contains(open, "recovery  ") || strings.Contains(closed, "3 / 9 / 27") {
+		t.Errorf("a column in the wrong table:\n%s", text)
 	}
 }
 
 func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--modes", "naive,nope"},
+		{"--modes", "adaptive"}, // now recommended
 		{"--users", "0"},
 		{"--duration", "0s"},
+		{"--users-for", "0s"},
+		{"--users-for", "2h"},
+		{"--rate", "0"},
+		{"--rate", "-5"},
+		{"--rate", "10001"},
 		{"--flaky", "1.5"},
 		{"--chart", "out.gif"},
 		{"extra"},
 		{"serve", "--tier", "nope"},
 		{"serve", "--tier", "order"},
 		{"serve", "--tier", "payment", "--next", "127.0.0.1:1"},
+		{"serve", "--tier", "payment", "--mode", "adaptive"},
 		{"load"},
+		{"load", "--target", "127.0.0.1:1", "--mode", "adaptive"},
 	} {
-		var stdout, stderr bytes.Buffer
-		if err := run(ctxT(t, 10*time.Second), args, &stdout, &stderr); err == nil {
-			t.Errorf("run(%q): got no error", args)
-		}
+		runFails(t, args...)
+	}
+}
+
+// runFails runs stormsim with args and fails the test unless it refuses
+// them. The context has already ended, so that arguments that are wrongly
+// accepted cannot pass by running out of time: run fails at once with the
+// context's error, which this reports.
+func runFails(t *testing.T, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, args, &stdout, &stderr)
+	switch {
+	case err == nil:
+		t.Errorf("run(%q): got no error", args)
+	case errors.Is(err, context.Canceled):
+		t.Errorf("run(%q): accepted, ran and was cancelled (%v); want the arguments refused", args, err)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"google.golang.org/grpc"
 
-	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/interceptor"
@@ -24,32 +23,43 @@ const (
 	naiveBackoffJitter = 0.2
 )
 
-// mode is one retry stack, put on every hop of the chain: dial gives the
-// client side of hop (0 is the edge client, hop i > 0 the client inside
-// tier i-1), server the server side of a tier. Each call builds fresh
-// interceptors, so that every hop has its own budget and breakers.
+// stack is what a mode puts on one process of the chain, the edge client
+// or a tier: the dial options of the connection it makes and the options
+// of its server (nil: no server interceptor). A stormguard mode builds one
+// Interceptors per process and takes both sides from it, as README "Use
+// it" tells users to: a tier's server side (admission control, in
+// recommended) and its client side are one instance.
+type stack struct {
+	dial   []grpc.DialOption
+	server []grpc.ServerOption
+	ic     *interceptor.Interceptors // both sides' instance; nil without stormguard
+}
+
+// mode is one retry stack, put on every process of the chain. process
+// builds a fresh stack for one process each time it is called, so that
+// every hop has its own budget, throttles and breakers, and every server
+// its own admission limiter.
 type mode struct {
-	name   string
-	about  string
-	dial   func(tm *telemetry) ([]grpc.DialOption, error)
-	server func(tm *telemetry) ([]grpc.ServerOption, error) // nil: no server interceptor
+	name    string
+	about   string
+	process func(tm *telemetry) (stack, error)
 }
 
 var modes = []mode{
 	{
-		name:  "naive",
-		about: "go-grpc-middleware retry, WithMax(3) on every hop, exponential backoff 25 ms x 2^n +-20 % jitter",
-		dial:  naiveDial(3),
+		name:    "naive",
+		about:   "go-grpc-middleware retry, WithMax(3) on every hop, exponential backoff 25 ms x 2^n +-20 % jitter",
+		process: naiveProcess(3),
 	},
 	{
-		name:  "one-retry",
-		about: "go-grpc-middleware retry, WithMax(2) on every hop, same backoff",
-		dial:  naiveDial(2),
+		name:    "one-retry",
+		about:   "go-grpc-middleware retry, WithMax(2) on every hop, same backoff",
+		process: naiveProcess(2),
 	},
 	{
 		name:  "budget",
 		about: "stormguard client only: 3 attempts under a retry budget per hop; upstream retries ignored, no server interceptor",
-		dial: stormguardDial(func(*telemetry) ([]interceptor.Option, error) {
+		process: stormguardProcess(false, func(*telemetry) ([]interceptor.Option, error) {
 			return []interceptor.Option{
 				interceptor.WithMaxAttempts(3),
 				interceptor.WithBudget(budget.Config{}),
@@ -58,15 +68,14 @@ var modes = []mode{
 		}),
 	},
 	{
-		name:   "tiered",
-		about:  "stormguard client and server: attempt metadata and don't-retry pushback, no budget or breaker",
-		dial:   stormguardDial(func(*telemetry) ([]interceptor.Option, error) { return nil, nil }),
-		server: stormguardServer,
+		name:    "tiered",
+		about:   "stormguard client and server: attempt metadata and don't-retry pushback, no budget or breaker",
+		process: stormguardProcess(true, func(*telemetry) ([]interceptor.Option, error) { return nil, nil }),
 	},
 	{
 		name:  "stormguard",
 		about: "stormguard client and server with a retry budget and circuit breakers per hop (the breaker stack: fastest at a dead target from a cold start)",
-		dial: stormguardDial(func(tm *telemetry) ([]interceptor.Option, error) {
+		process: stormguardProcess(true, func(tm *telemetry) ([]interceptor.Option, error) {
 			set, err := breaker.NewSet(tm.breakerConfig(), 0)
 			if err != nil {
 				return nil, err
@@ -74,21 +83,18 @@ var modes = []mode{
 			tm.trackBreakers(set)
 			return []interceptor.Option{interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set)}, nil
 		}),
-		server: stormguardServer,
 	},
 	{
-		name:  "adaptive",
-		about: "stormguard client and server with an adaptive throttle and a retry budget per hop, no breaker (interceptor.Recommended's client side: incidents after healthy traffic, partial loss, hangs, recovery)",
-		dial: stormguardDial(func(*telemetry) ([]interceptor.Option, error) {
-			set, err := adaptive.NewSet(adaptive.Config{}, 0)
-			if err != nil {
-				return nil, err
-			}
-			return []interceptor.Option{interceptor.WithBudget(budget.Config{}), interceptor.WithAdaptive(set)}, nil
+		name:  recommendedMode,
+		about: "interceptor.New(interceptor.Recommended()...) on every process, client and server: adaptive throttle and retry budget per hop, admission control on every server, no breaker",
+		process: stormguardProcess(true, func(*telemetry) ([]interceptor.Option, error) {
+			return interceptor.Recommended(), nil
 		}),
-		server: stormguardServer,
 	},
 }
+
+// recommendedMode is the default mode of serve and load.
+const recommendedMode = "recommended"
 
 func modeNames() []string {
 	names := make([]string, len(modes))
@@ -103,6 +109,9 @@ func findMode(name string) (mode, error) {
 		if m.name == name {
 			return m, nil
 		}
+	}
+	if name == "adaptive" {
+		return mode{}, fmt.Errorf("unknown mode %q: it is now %q, interceptor.Recommended() on every tier (want one of %s)", name, recommendedMode, strings.Join(modeNames(), ", "))
 	}
 	return mode{}, fmt.Errorf("unknown mode %q (want one of %s)", name, strings.Join(modeNames(), ", "))
 }
@@ -124,38 +133,41 @@ func parseModes(s string) ([]mode, error) {
 	return out, nil
 }
 
-func naiveDial(maxAttempts uint) func(*telemetry) ([]grpc.DialOption, error) {
-	return func(*telemetry) ([]grpc.DialOption, error) {
-		return []grpc.DialOption{grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
+func naiveProcess(maxAttempts uint) func(*telemetry) (stack, error) {
+	return func(*telemetry) (stack, error) {
+		return stack{dial: []grpc.DialOption{grpc.WithChainUnaryInterceptor(retry.UnaryClientInterceptor(
 			retry.WithMax(maxAttempts),
 			retry.WithBackoff(retry.BackoffExponentialWithJitter(naiveBackoffBase, naiveBackoffJitter)),
-		))}, nil
+		))}}, nil
 	}
 }
 
-func stormguardDial(opts func(*telemetry) ([]interceptor.Option, error)) func(*telemetry) ([]grpc.DialOption, error) {
-	return func(tm *telemetry) ([]grpc.DialOption, error) {
+// stormguardProcess builds one Interceptors of the options opts returns
+// (and the telemetry's) per process: its dial options, and with server
+// its server options.
+func stormguardProcess(server bool, opts func(*telemetry) ([]interceptor.Option, error)) func(*telemetry) (stack, error) {
+	return func(tm *telemetry) (stack, error) {
 		o, err := opts(tm)
 		if err != nil {
-			return nil, err
+			return stack{}, err
 		}
 		ic, err := interceptor.New(append(o, tm.options()...)...)
 		if err != nil {
-			return nil, err
+			return stack{}, err
 		}
 		tm.trackLimiters(ic)
-		return ic.DialOptions(), nil
+		st := stack{dial: ic.DialOptions(), ic: ic}
+		if server {
+			st.server = serverOptions(ic)
+		}
+		return st, nil
 	}
 }
 
-// stormguardServer installs stormguard's server interceptors for the test
-// service only: the demo's own stats RPC (polled by stormsim load) must not
-// show up in the tier's request metrics.
-func stormguardServer(tm *telemetry) ([]grpc.ServerOption, error) {
-	ic, err := interceptor.New(tm.options()...)
-	if err != nil {
-		return nil, err
-	}
+// serverOptions installs ic's server interceptors for the test service
+// only: the demo's own stats RPC (polled by stormsim load) must not show
+// up in the tier's request metrics, nor meet its admission control.
+func serverOptions(ic *interceptor.Interceptors) []grpc.ServerOption {
 	unary := ic.UnaryServer()
 	statsPrefix := "/" + testsvcv1.StatsService_ServiceDesc.ServiceName + "/"
 	return []grpc.ServerOption{
@@ -166,5 +178,5 @@ func stormguardServer(tm *telemetry) ([]grpc.ServerOption, error) {
 			return unary(ctx, req, info, h)
 		}),
 		grpc.ChainStreamInterceptor(ic.StreamServer()),
-	}, nil
+	}
 }

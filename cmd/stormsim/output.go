@@ -18,35 +18,55 @@ func writeJSON(w io.Writer, rs []result) error {
 	return enc.Encode(rs)
 }
 
-// writeTable writes the results as a table, one row per mode, with a
-// header that says what was measured and a legend of the modes.
+// writeTable writes the results as two tables, one row per mode each:
+// the calls one request causes and the sustained open loop, then the
+// closed-loop users and the recovery; a header says what was measured,
+// and a legend of the modes follows.
 func writeTable(w io.Writer, cfg simConfig, ms []mode, rs []result) error {
-	fault := "payment killed (crashed) at the start of each mode, restarted after the sustained load"
+	fault := "payment killed (crashed) at the start of each mode, restarted after the load"
 	if cfg.flaky > 0 {
-		fault = fmt.Sprintf("payment failing %.0f %% of calls at random from the start of each mode, healthy again after the sustained load", cfg.flaky*100)
+		fault = fmt.Sprintf("payment failing %.0f %% of calls at random from the start of each mode, healthy again after the load", cfg.flaky*100)
 	}
 	fmt.Fprintf(w, "stormsim: edge client -> gateway -> order -> payment, in process; %s.\n", fault)
 	fmt.Fprintf(w, "one request: calls at gateway / order / payment for one user request (at payment: the attempts order sent).\n")
-	fmt.Fprintf(w, "requests, calls/request (calls at payment per user request), success, p50, p99: sustained load of %d users for %v,\n", cfg.users, cfg.duration)
-	fmt.Fprintf(w, "  each sending a request every %v (or when the previous one ends), with a %v deadline per request.\n", userPace, requestTimeout)
-	fmt.Fprintf(w, "recovery: from payment's return until a %v window of user requests is >= %.0f %% successful (limit %v).\n\n",
-		window, recoveredSuccess*100, cfg.maxRecovery)
+	fmt.Fprintf(w, "%d req/s: then %d user requests a second for %v, open loop: each leaves on time, whatever the answers (users arriving),\n",
+		cfg.rate, cfg.rate, cfg.duration)
+	fmt.Fprintf(w, "  with a %v deadline; requests sent, calls at payment per second of sending and per request, success, p50, p99.\n\n", requestTimeout)
 
 	width := len("mode")
 	for _, m := range ms {
 		width = max(width, len(m.name))
 	}
+	row := func(tw io.Writer, s phaseStats) {
+		fmt.Fprintf(tw, "%d\t%.0f\t%.2f\t%.1f %%\t%s\t%s\t", s.Requests, s.CallsPerSecond, s.Amplification, s.Success*100,
+			fmtDuration(msDuration(s.P50MS)), fmtDuration(msDuration(s.P99MS)))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "%-*s\tone request\trequests\tcalls/request\tsuccess\tp50\tp99\trecovery\t\n", width, "mode")
+	fmt.Fprintf(tw, "%-*s\tone request\trequests\tcalls/s\tcalls/request\tsuccess\tp50\tp99\t\n", width, "mode")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%-*s\t%d / %d / %d\t", width, r.Mode, r.Single.Gateway, r.Single.Order, r.Single.Payment)
+		row(tw, r.Sustained)
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(w, "\n%d users: then %d users for %v, closed loop: each sends a request every %v, or when its previous one ends\n",
+		cfg.users, cfg.users, cfg.usersFor, userPace)
+	fmt.Fprintf(w, "  (a user waits for the answer), with the same deadline and columns.\n")
+	fmt.Fprintf(w, "recovery: payment back, the same users: from its return until a %v window of user requests is >= %.0f %% successful (limit %v).\n\n",
+		window, recoveredSuccess*100, cfg.maxRecovery)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "%-*s\trequests\tcalls/s\tcalls/request\tsuccess\tp50\tp99\trecovery\t\n", width, "mode")
 	for _, r := range rs {
 		rec := "> " + fmtDuration(cfg.maxRecovery)
 		if r.RecoveryMS >= 0 {
 			rec = fmtDuration(time.Duration(r.RecoveryMS) * time.Millisecond)
 		}
-		fmt.Fprintf(tw, "%-*s\t%d / %d / %d\t%d\t%.2f\t%.1f %%\t%s\t%s\t%s\t\n",
-			width, r.Mode, r.Single.Gateway, r.Single.Order, r.Single.Payment,
-			r.Sustained.Requests, r.Sustained.Amplification, r.Sustained.Success*100,
-			fmtDuration(msDuration(r.Sustained.P50MS)), fmtDuration(msDuration(r.Sustained.P99MS)), rec)
+		fmt.Fprintf(tw, "%-*s\t", width, r.Mode)
+		row(tw, r.ClosedLoop)
+		fmt.Fprintf(tw, "%s\t\n", rec)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -236,7 +236,7 @@ func TestProcesses(t *testing.T) {
 
 	// One request with payment killed.
 	pay.kill(t)
-	edge, err := dial(gw.addr, stormguard, nil)
+	edge, err := dialEdge(gw.addr, stormguard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,13 +310,14 @@ func TestProcesses(t *testing.T) {
 
 // TestMetricsDuringOutage scrapes order's Prometheus endpoint while payment
 // is dead and finds what an operator would look for: refused retries by
-// reason and order's breaker for payment open.
+// reason and order's breaker for payment open (mode stormguard, the one
+// with breakers).
 func TestMetricsDuringOutage(t *testing.T) {
 	bin := buildBinary(t)
 	ctx := ctxT(t, 2*time.Minute)
 	pay := startTier(t, bin, "payment", "127.0.0.1:0", "")
 	order := startProc(t, "order", bin, "serve", "--tier", "order", "--listen", "127.0.0.1:0",
-		"--next", pay.addr, "--metrics", "127.0.0.1:0")
+		"--next", pay.addr, "--metrics", "127.0.0.1:0", "--mode", "stormguard")
 	order.addr = order.expect(t, 20*time.Second, "listen address", func(string) bool { return true })
 	metricsURL := strings.TrimPrefix(order.expect(t, 20*time.Second, "metrics URL", func(l string) bool {
 		return strings.HasPrefix(l, "metrics http://127.0.0.1:")
@@ -328,7 +329,7 @@ func TestMetricsDuringOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edge, err := dial(gw.addr, stormguard, nil)
+	edge, err := dialEdge(gw.addr, stormguard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ type bar struct {
 	curMode, curPhase string
 }
 
-func newBar(w io.Writer, modes int) *bar { return newBarSteps(w, modes*3) }
+func newBar(w io.Writer, modes int) *bar { return newBarSteps(w, modes*4) }
 
 // newBarSteps is a bar of steps phases.
 func newBarSteps(w io.Writer, steps int) *bar {

@@ -30,19 +30,25 @@ var connectParams = grpc.ConnectParams{
 	MinConnectTimeout: time.Second,
 }
 
-// dial connects to a tier at addr over TCP with mode m's client side and
-// extra options after it.
-func dial(addr string, m mode, tm *telemetry, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
-	mopts, err := m.dial(tm)
-	if err != nil {
-		return nil, err
-	}
+// dial connects to a tier at addr over TCP with the dial options of a
+// process's stack and extra options after them.
+func dial(addr string, st stack, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(connectParams),
 	}
-	opts = append(append(opts, mopts...), extra...)
+	opts = append(append(opts, st.dial...), extra...)
 	return grpc.NewClient("passthrough:///"+addr, opts...)
+}
+
+// dialEdge connects to a gateway at addr as an edge client in mode m: a
+// process of its own, with a fresh stack.
+func dialEdge(addr string, m mode) (*grpc.ClientConn, error) {
+	st, err := m.process(nil)
+	if err != nil {
+		return nil, err
+	}
+	return dial(addr, st)
 }
 
 // serve runs one tier of the chain over TCP until ctx ends. It prints the
@@ -61,10 +67,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tier := fs.String("tier", "", "the tier to run: gateway, order or payment")
 	listen := fs.String("listen", "127.0.0.1:0", "TCP `address` to listen on (port 0 picks a free port)")
 	next := fs.String("next", "", "`address` of the next tier (gateway: order's, order: payment's)")
-	modeName := fs.String("mode", "stormguard", "retry stack on this tier: one of "+fmt.Sprint(modeNames()))
+	modeName := fs.String("mode", recommendedMode, "retry stack on this tier: one of "+fmt.Sprint(modeNames()))
 	flaky := fs.Float64("flaky", 0, "fail each call with `probability` p in [0, 1]")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (a loopback address; stormguard's metrics, so only the tiered, budget and stormguard modes have any)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (a loopback address; stormguard's metrics, so only the budget, tiered, stormguard and recommended modes have any)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,13 +107,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer stop()
 	}
 
+	// One stack for the process: its client side on the connection to
+	// the next tier, its server side on its server.
+	st, err := m.process(tm)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	var (
 		nextClient testsvcv1.TestServiceClient
 		sentTo     *testsvc.Tier // counts what this tier sends to the next
 	)
 	if *next != "" {
 		sentTo = testsvc.NewTier(testsvc.DefaultTiers[idx+1], nil, 0)
-		conn, err := dial(*next, m, tm, sentTo.CountingDialOptions()...)
+		conn, err := dial(*next, st, sentTo.CountingDialOptions()...)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -116,15 +128,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	t := testsvc.NewTier(*tier, nextClient, *seed)
 	t.SetFlaky(*flaky)
-	opts := t.AdmissionOptions()
-	if m.server != nil {
-		sopts, err := m.server(tm)
-		if err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		opts = append(opts, sopts...)
-	}
-	srv := grpc.NewServer(opts...)
+	srv := grpc.NewServer(append(t.AdmissionOptions(), st.server...)...)
 	t.Register(srv, sentTo)
 
 	lis, err := net.Listen("tcp", *listen)

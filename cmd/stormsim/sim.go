@@ -15,11 +15,13 @@ import (
 
 // simConfig is what the demo runs, per mode.
 type simConfig struct {
-	users       int
+	rate        int           // open-loop user requests per second in the sustained phase
 	duration    time.Duration // of the sustained phase
+	users       int           // closed-loop users, after the sustained phase and in recovery
+	usersFor    time.Duration // of the closed-loop phase
 	flaky       float64       // > 0: payment fails at random instead of being killed
 	seed        uint64
-	maxRecovery time.Duration // how long phase 3 waits for recovery
+	maxRecovery time.Duration // how long the recovery phase waits
 	tail        time.Duration // how long the load goes on after recovery, for the chart
 }
 
@@ -36,14 +38,17 @@ type sample struct {
 
 // result is one mode's row: the field names are the --json format.
 type result struct {
-	Mode       string         `json:"mode"`
-	Single     singleCounts   `json:"single"`
-	Sustained  sustainedStats `json:"sustained"`
-	RecoveryMS int64          `json:"recovery_ms"` // -1: not within the limit
+	Mode   string       `json:"mode"`
+	Single singleCounts `json:"single"`
+	// Sustained is the open-loop phase, ClosedLoop the users after it.
+	Sustained  phaseStats `json:"sustained"`
+	ClosedLoop phaseStats `json:"closed_loop"`
+	RecoveryMS int64      `json:"recovery_ms"` // -1: not within the limit
 
-	// For the chart: calls at payment over time since the kill, and when
-	// payment came back.
+	// For the chart: calls at payment over time since the kill, when the
+	// closed-loop users started and when payment came back.
 	series    []sample
+	usersAt   time.Duration
 	restartAt time.Duration
 }
 
@@ -54,13 +59,18 @@ type singleCounts struct {
 	Payment int64 `json:"payment"`
 }
 
-// sustainedStats are what the users saw under sustained load.
-type sustainedStats struct {
-	Requests      int64   `json:"requests"`
-	Amplification float64 `json:"amplification"` // calls at payment per user request
-	Success       float64 `json:"success"`       // share of requests that succeeded, 0 to 1
-	P50MS         float64 `json:"p50_ms"`
-	P99MS         float64 `json:"p99_ms"`
+// phaseStats are what the users of a phase of load saw, and what it cost
+// payment: Rate is set for the open loop, Users for the closed loop.
+type phaseStats struct {
+	Rate           int     `json:"rate,omitempty"`  // requests sent per second
+	Users          int     `json:"users,omitempty"` // users, each waiting for its answer
+	DurationMS     int64   `json:"duration_ms"`     // of sending
+	Requests       int64   `json:"requests"`
+	CallsPerSecond float64 `json:"calls_per_second"` // calls at payment per second of sending
+	Amplification  float64 `json:"amplification"`    // calls at payment per user request
+	Success        float64 `json:"success"`          // share of requests that succeeded, 0 to 1
+	P50MS          float64 `json:"p50_ms"`
+	P99MS          float64 `json:"p99_ms"`
 }
 
 // progress hears what the simulation is doing, for the live line.
@@ -87,8 +97,9 @@ func simulate(ctx context.Context, cfg simConfig, ms []mode, p progress) ([]resu
 	return out, nil
 }
 
-// runMode puts m on every hop of a fresh in-process chain, breaks payment,
-// and runs the three phases.
+// runMode puts m on every process of a fresh in-process chain, breaks
+// payment, and runs the four phases: one request, the sustained open
+// loop, the closed-loop users, and recovery.
 func runMode(ctx context.Context, cfg simConfig, m mode, p progress) (res result, err error) {
 	res = result{Mode: m.name, RecoveryMS: -1}
 	chain, err := startChain(m, cfg.seed)
@@ -153,30 +164,40 @@ func runMode(ctx context.Context, cfg simConfig, m mode, p progress) (res result
 		return res, err
 	}
 
-	// Phase 2: sustained load, then let the requests in flight finish, so
-	// that every request's calls at payment are counted.
-	p.phase(m.name, "sustained")
+	// Phase 2: sustained open-loop load, then let the requests in flight
+	// finish, so that every request's calls at payment are counted.
+	p.phase(m.name, fmt.Sprintf("%d req/s", cfg.rate))
 	sustained := &recorder{}
 	setRec(sustained)
 	before := pay.Attempts(testsvc.Unary)
-	u := startUsers(client, cfg.users, sustained)
-	if !waitFor(ctx, cfg.duration) {
+	a := startArrivals(client, cfg.rate, cfg.duration, sustained)
+	select {
+	case <-a.sent:
+	case <-ctx.Done():
+		a.stop()
+		return res, ctx.Err()
+	}
+	a.drain()
+	res.Sustained = stats(sustained, pay.Attempts(testsvc.Unary)-before, cfg.duration)
+	res.Sustained.Rate = cfg.rate
+
+	// Phase 3: closed-loop users, each waiting for its answer, then the
+	// same drain.
+	p.phase(m.name, fmt.Sprintf("%d users", cfg.users))
+	closed := &recorder{}
+	setRec(closed)
+	res.usersAt = time.Since(t0)
+	before = pay.Attempts(testsvc.Unary)
+	u := startUsers(client, cfg.users, closed)
+	if !waitFor(ctx, cfg.usersFor) {
 		u.stop()
 		return res, ctx.Err()
 	}
 	u.drain()
-	s := summarize(sustained.since(0))
-	res.Sustained = sustainedStats{
-		Requests: int64(s.requests),
-		Success:  round(s.success, 4),
-		P50MS:    ms(s.p50),
-		P99MS:    ms(s.p99),
-	}
-	if s.requests > 0 {
-		res.Sustained.Amplification = round(float64(pay.Attempts(testsvc.Unary)-before)/float64(s.requests), 3)
-	}
+	res.ClosedLoop = stats(closed, pay.Attempts(testsvc.Unary)-before, cfg.usersFor)
+	res.ClosedLoop.Users = cfg.users
 
-	// Phase 3: payment comes back; how long until users succeed again?
+	// Phase 4: payment comes back; how long until users succeed again?
 	p.phase(m.name, "recovery")
 	recovery := &recorder{}
 	setRec(recovery)
@@ -197,27 +218,57 @@ func runMode(ctx context.Context, cfg simConfig, m mode, p progress) (res result
 	return res, ctx.Err()
 }
 
-// startChain starts an in-process chain with m on every hop.
+// startChain starts an in-process chain with m on every process.
 func startChain(m mode, seed uint64) (*testsvc.Chain, error) {
-	tiers := len(testsvc.DefaultTiers)
-	dial := make([][]grpc.DialOption, tiers)
-	serve := make([][]grpc.ServerOption, tiers)
-	for i := range tiers {
+	stacks, err := buildStacks(func(int) (stack, error) { return m.process(nil) })
+	if err != nil {
+		return nil, err
+	}
+	return startStacks(seed, stacks)
+}
+
+// buildStacks returns the stacks of the processes of an in-process chain,
+// stackOf(i) for process i: process 0 is the edge client, process i > 0
+// tier i-1 (see startStacks).
+func buildStacks(stackOf func(proc int) (stack, error)) ([]stack, error) {
+	stacks := make([]stack, len(testsvc.DefaultTiers)+1)
+	for i := range stacks {
 		var err error
-		if dial[i], err = m.dial(nil); err != nil {
+		if stacks[i], err = stackOf(i); err != nil {
 			return nil, err
 		}
-		if m.server != nil {
-			if serve[i], err = m.server(nil); err != nil {
-				return nil, err
-			}
-		}
 	}
+	return stacks, nil
+}
+
+// startStacks starts an in-process chain with the stacks of buildStacks:
+// the dial options of process i go on the connection it makes (hop i),
+// its server options on its server (tier i-1); the last tier makes no
+// connection, and the edge client has no server.
+func startStacks(seed uint64, stacks []stack) (*testsvc.Chain, error) {
 	return testsvc.Start(testsvc.Config{
-		DialOptions:   func(hop int) []grpc.DialOption { return dial[hop] },
-		ServerOptions: func(tier int) []grpc.ServerOption { return serve[tier] },
+		DialOptions:   func(hop int) []grpc.DialOption { return stacks[hop].dial },
+		ServerOptions: func(tier int) []grpc.ServerOption { return stacks[tier+1].server },
 		Seed:          seed,
 	})
+}
+
+// stats summarizes a phase whose requests rec holds and which caused
+// calls at payment while it sent for d.
+func stats(rec *recorder, calls int64, d time.Duration) phaseStats {
+	s := summarize(rec.since(0))
+	st := phaseStats{
+		DurationMS:     d.Milliseconds(),
+		Requests:       int64(s.requests),
+		CallsPerSecond: round(float64(calls)/d.Seconds(), 1),
+		Success:        round(s.success, 4),
+		P50MS:          ms(s.p50),
+		P99MS:          ms(s.p99),
+	}
+	if s.requests > 0 {
+		st.Amplification = round(float64(calls)/float64(s.requests), 3)
+	}
+	return st
 }
 
 // oneRequest sends one user request through the chain and returns the
