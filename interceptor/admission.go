@@ -162,7 +162,13 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 		return admitted{}, err
 	}
 	dl, _ := sc.Deadline()
-	class := admission.ClassOf(sc.st.info.Attempt, sc.st.info.UpstreamRetries)
+	class := admission.ClassFirst
+	if l.Overloaded() || l.Limit() > 0 {
+		// The class decides only what is refused, so the metadata is
+		// read only when something may be.
+		in := sc.st.Info()
+		class = admission.ClassOf(in.Attempt, in.UpstreamRetries)
+	}
 	p, err := l.Wait(sc, class, dl)
 	if err == nil {
 		return admitted{p: p}, nil
@@ -216,6 +222,6 @@ func (s *server) pushback(target time.Duration) int64 {
 // refused reports a refusal to the observer.
 func (s *server) refused(sc *stateCtx, method string, r AdmissionReason, code codes.Code, pushback time.Duration) {
 	if s.observer != nil {
-		s.observer.Observe(sc, Event{Kind: EventAdmissionRefused, Method: method, Code: code, Delay: pushback, Admission: r, Info: sc.st.info})
+		s.observer.Observe(sc, Event{Kind: EventAdmissionRefused, Method: method, Code: code, Delay: pushback, Admission: r, Info: sc.st.Info()})
 	}
 }

@@ -13,34 +13,46 @@ import (
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
-// happyStacks are the configurations the happy-path benchmarks compare, on
-// a one-tier chain (the edge client and one healthy server) over bufconn.
-func happyStacks(b *testing.B) map[string]testsvc.Config {
-	set, err := breaker.NewSet(breaker.Config{}, 0)
-	if err != nil {
-		b.Fatal(err)
+// happyStacks are the configurations the happy-path benchmarks compare,
+// on a chain of the given tiers over bufconn: no interceptor,
+// Recommended(), and the budget-and-breaker stack; each tier gets its own
+// interceptors, as separate processes would.
+func happyStacks(tiers []string) map[string]testsvc.Config {
+	stack := func(opts func() []Option) testsvc.Config {
+		return testsvc.Config{
+			Tiers:         tiers,
+			DialOptions:   func(int) []grpc.DialOption { return DialOptions(opts()...) },
+			ServerOptions: func(int) []grpc.ServerOption { return ServerOptions(opts()...) },
+		}
 	}
-	i, err := New(WithBudget(budget.Config{}), WithBreaker(set))
-	if err != nil {
-		b.Fatal(err)
-	}
-	one := []string{"payment"}
 	return map[string]testsvc.Config{
-		"none": {Tiers: one},
-		"stormguard": {
-			Tiers:         one,
-			DialOptions:   func(int) []grpc.DialOption { return i.DialOptions() },
-			ServerOptions: func(int) []grpc.ServerOption { return i.ServerOptions() },
-		},
+		"none":        {Tiers: tiers},
+		"recommended": stack(Recommended),
+		"breaker": stack(func() []Option {
+			set, _ := breaker.NewSet(breaker.Config{}, 0)
+			return []Option{WithBudget(budget.Config{}), WithBreaker(set)}
+		}),
 	}
 }
 
+var happyNames = []string{"none", "recommended", "breaker"}
+
 // BenchmarkUnaryHappyPath measures what stormguard costs on a healthy
-// call: client and server interceptors with budget and breaker on, against
-// no interceptor.
+// call, one tier (the edge client and one server): client and server
+// interceptors of Recommended() and of the breaker stack, against none.
 func BenchmarkUnaryHappyPath(b *testing.B) {
-	stacks := happyStacks(b)
-	for _, name := range []string{"none", "stormguard"} {
+	unaryHappy(b, happyStacks([]string{"payment"}))
+}
+
+// BenchmarkChainHappyPath is BenchmarkUnaryHappyPath through the
+// gateway -> order -> payment chain, where every hop carries the attempt
+// metadata.
+func BenchmarkChainHappyPath(b *testing.B) {
+	unaryHappy(b, happyStacks(nil))
+}
+
+func unaryHappy(b *testing.B, stacks map[string]testsvc.Config) {
+	for _, name := range happyNames {
 		b.Run(name, func(b *testing.B) {
 			c := testsvc.New(b, stacks[name])
 			cl := c.Client()
@@ -66,8 +78,8 @@ func BenchmarkUnaryHappyPath(b *testing.B) {
 // on a healthy server; stormguard keeps copies until the first response
 // commits the stream.
 func BenchmarkStreamHappyPath(b *testing.B) {
-	stacks := happyStacks(b)
-	for _, name := range []string{"none", "stormguard"} {
+	stacks := happyStacks([]string{"payment"})
+	for _, name := range happyNames {
 		b.Run(name, func(b *testing.B) {
 			c := testsvc.New(b, stacks[name])
 			cl := c.Client()

@@ -53,6 +53,25 @@ func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
 // client holds the configuration of one client interceptor.
 type client struct {
 	cfg config
+	// last is the normalized target of the last connection seen: one
+	// interceptor usually serves one connection, whose target does not
+	// change, so the key is computed once, not on every call.
+	last atomic.Pointer[connTarget]
+}
+
+type connTarget struct {
+	cc     *grpc.ClientConn
+	target string // normalized
+}
+
+// target returns the normalized target of cc (see normalizeTarget).
+func (cl *client) target(cc *grpc.ClientConn) string {
+	if t := cl.last.Load(); t != nil && t.cc == cc {
+		return t.target
+	}
+	t := &connTarget{cc: cc, target: normalizeTarget(cc.Target())}
+	cl.last.Store(t)
+	return t.target
 }
 
 // callConfig returns the configuration for one call: the interceptor's,
@@ -103,14 +122,14 @@ func (c *call) retryable(code codes.Code) bool {
 	return c.cfg.retries(code)
 }
 
-// init prepares c for a call to method of target. The request is recorded
+// init prepares c for a call to method of target (normalized: one key
+// for every spelling of an address). The request is recorded
 // in the budget when its first attempt goes out (attemptContext), so that a
 // call an open breaker refuses does not earn retries.
 func (c *call) init(ctx context.Context, cfg *config, target, method string) {
-	target = normalizeTarget(target) // one key for every spelling of an address
 	*c = call{ctx: ctx, cfg: cfg, target: target, method: method, st: stateFrom(ctx)}
 	if c.st != nil {
-		c.info = c.st.info
+		c.info = c.st.Info()
 	}
 	c.max = max(1, min(cfg.policy(c.info, cfg.maxAttempts), cfg.maxAttempts))
 	c.key = target

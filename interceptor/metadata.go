@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc/metadata"
@@ -60,9 +61,33 @@ type Info struct {
 // when it gave up on a retryable error, so that the server answers its own
 // caller "do not retry".
 type serverState struct {
-	info   Info
 	gaveUp atomic.Bool
 	epoch  uint64 // WithHealth: the Serving's epoch when the request started
+
+	// The Info is parsed on first use (Info): a leaf tier that calls no
+	// one, has no observer and is not overloaded never reads the five
+	// keys, each of which grpc-go looks up by a walk over all the
+	// request's headers when it is absent.
+	parsed atomic.Bool
+	mu     sync.Mutex // serializes the parse
+	srv    *server    // nil: info was given, not parsed
+	in     context.Context
+	method string
+	info   Info
+}
+
+// Info returns the Info of the request, parsing it on the first call.
+func (st *serverState) Info() Info {
+	if st.srv == nil || st.parsed.Load() {
+		return st.info
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.parsed.Load() {
+		st.info = st.srv.parseInfo(st.in, st.method)
+		st.parsed.Store(true)
+	}
+	return st.info
 }
 
 type stateKey struct{}
@@ -90,7 +115,7 @@ func stateFrom(ctx context.Context) *serverState {
 // false when ctx did not come through the server interceptor.
 func FromContext(ctx context.Context) (Info, bool) {
 	if st := stateFrom(ctx); st != nil {
-		return st.info, true
+		return st.Info(), true
 	}
 	return Info{}, false
 }

@@ -44,23 +44,32 @@ type server struct {
 // dontRetry is the trailer that tells the caller not to retry.
 var dontRetry = metadata.Pairs(MetadataPushback, "-1")
 
-// begin returns the handler's context, carrying the request's Info.
+// begin returns the handler's context, carrying the request's Info
+// (parsed when first needed: see serverState).
 func (s *server) begin(ctx context.Context, method string) *stateCtx {
 	sc := &stateCtx{Context: ctx}
+	sc.st.srv, sc.st.in, sc.st.method = s, ctx, method
 	if s.health != nil {
 		sc.st.epoch = s.health.serving.Epoch()
 	}
-	if !s.untrusted {
-		var stacked bool
-		if sc.st.info, stacked = incomingInfo(ctx); stacked {
-			s.stackedRetry(ctx, method, sc.st.info)
-		}
-		sc.st.info = s.envoyRetries(ctx, sc.st.info)
-	}
 	if s.observer != nil {
-		s.observer.Observe(ctx, Event{Kind: EventRequestReceived, Method: method, Info: sc.st.info})
+		s.observer.Observe(ctx, Event{Kind: EventRequestReceived, Method: method, Info: sc.st.Info()})
 	}
 	return sc
+}
+
+// parseInfo reads the Info of the request ctx serves for method from its
+// metadata, and reports a stacked retry (see stackedRetry); the zero Info
+// with WithUntrustedCallers.
+func (s *server) parseInfo(ctx context.Context, method string) Info {
+	if s.untrusted {
+		return Info{}
+	}
+	in, stacked := incomingInfo(ctx)
+	if stacked {
+		s.stackedRetry(ctx, method, in)
+	}
+	return s.envoyRetries(ctx, in)
 }
 
 // dontRetryNeeded reports whether the handler's error must carry the
@@ -71,7 +80,7 @@ func (s *server) dontRetryNeeded(sc *stateCtx, method string, err error) bool {
 		return false
 	}
 	if s.observer != nil {
-		s.observer.Observe(sc, Event{Kind: EventPushbackSent, Method: method, Code: status.Code(err), Info: sc.st.info})
+		s.observer.Observe(sc, Event{Kind: EventPushbackSent, Method: method, Code: status.Code(err), Info: sc.st.Info()})
 	}
 	return true
 }
@@ -113,7 +122,7 @@ func (s *server) dontRetryOnPanic(sc *stateCtx, method string) bool {
 		return false
 	}
 	if s.observer != nil {
-		s.observer.Observe(sc, Event{Kind: EventPushbackSent, Method: method, Code: codes.Unknown, Info: sc.st.info})
+		s.observer.Observe(sc, Event{Kind: EventPushbackSent, Method: method, Code: codes.Unknown, Info: sc.st.Info()})
 	}
 	return true
 }

@@ -85,7 +85,7 @@ func (cl *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cl
 		return nil, err
 	}
 	s := &retryStream{desc: desc, cc: cc, method: method, streamer: streamer, opts: opts, limit: cfg.replayLimit, drive: make(chan struct{}, 1)}
-	s.c.init(ctx, cfg, cc.Target(), method)
+	s.c.init(ctx, cfg, cl.target(cc), method)
 	s.c.conn = cc
 	for {
 		started, wait, err := s.open()

@@ -55,7 +55,7 @@ func TestTargetKeysNormalized(t *testing.T) {
 	i := mustNew(t, WithBreaker(set), WithObserver(&log))
 	for _, target := range []string{"passthrough:///payment:443", "dns:///payment:443", "payment:443"} {
 		var c call
-		c.init(ctxTimeout(t, 10e9), &i.client.cfg, target, "/svc/M")
+		c.init(ctxTimeout(t, 10e9), &i.client.cfg, normalizeTarget(target), "/svc/M")
 		c.observe(Event{Kind: EventRetryScheduled})
 	}
 	if got := set.Len(); got != 1 {

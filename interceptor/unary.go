@@ -33,7 +33,7 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	u.topt.TrailerAddr = &u.trailer
 	opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
 	c := &u.call
-	c.init(ctx, cfg, cc.Target(), method)
+	c.init(ctx, cfg, cl.target(cc), method)
 	c.conn = cc
 	for {
 		wait, err := u.attempt(method, req, reply, cc, invoker, opts)
@@ -72,7 +72,7 @@ func (u *unaryCall) attempt(method string, req, reply any, cc *grpc.ClientConn, 
 	u.header, u.trailer = nil, nil
 	err = invoker(actx, method, req, reply, cc, opts...)
 	// Only the attempt's own timeout makes DeadlineExceeded retryable.
-	c.timedOut = c.ownTimeout(actx, err, c.cfg.now())
+	c.timedOut = err != nil && c.cfg.perAttemptTimeout > 0 && c.ownTimeout(actx, err, c.cfg.now())
 	c.committed = u.header != nil
 	held = breaker.Permit{}
 	return c.after(permit, err, u.trailer)
