@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // specPath is the wire protocol specification whose examples
@@ -23,7 +26,7 @@ var protocolKeys = []string{MetadataAttempt, MetadataDepth, MetadataUpstreamRetr
 
 // specExample is one fenced example block of docs/protocol.md.
 type specExample struct {
-	kind    string   // request, trailer or outgoing
+	kind    string   // request, trailer, outgoing or answer
 	options []string // words after the kind on the opening line
 	line    int      // of the opening fence, for messages
 	md      metadata.MD
@@ -52,7 +55,7 @@ func readSpecExamples(t *testing.T) []specExample {
 		line := sc.Text()
 		if cur == nil {
 			words := strings.Fields(strings.TrimPrefix(line, "```"))
-			if strings.HasPrefix(line, "```") && len(words) > 0 && slices.Contains([]string{"request", "trailer", "outgoing"}, words[0]) {
+			if strings.HasPrefix(line, "```") && len(words) > 0 && slices.Contains([]string{"request", "trailer", "outgoing", "answer"}, words[0]) {
 				cur = &specExample{kind: words[0], options: words[1:], line: n, md: metadata.MD{}, fields: map[string]string{}}
 			}
 			continue
@@ -114,7 +117,8 @@ func parseSpecInfo(t *testing.T, e specExample, s string) Info {
 // wire protocol specification, docs/protocol.md: the Info a server
 // computes from request headers (through the server interceptor's own
 // path, with the options the example names), the metadata a client
-// attempt sends, and how a client reads the pushback trailer.
+// attempt sends, how a client reads the pushback trailer, and what a
+// tier whose call gave up answers its own caller.
 func TestConformance(t *testing.T) {
 	examples := readSpecExamples(t)
 	count := map[string]int{}
@@ -127,10 +131,12 @@ func TestConformance(t *testing.T) {
 			checkTrailerExample(t, e)
 		case "outgoing":
 			checkOutgoingExample(t, e)
+		case "answer":
+			checkAnswerExample(t, e)
 		}
 	}
 	// A parser that found nothing would pass vacuously.
-	for kind, least := range map[string]int{"request": 20, "trailer": 8, "outgoing": 5} {
+	for kind, least := range map[string]int{"request": 20, "trailer": 8, "outgoing": 5, "answer": 3} {
 		if count[kind] < least {
 			t.Errorf("%d %s examples in %s, want at least %d", count[kind], kind, specPath, least)
 		}
@@ -228,5 +234,58 @@ func checkOutgoingExample(t *testing.T, e specExample) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("%v: serving %q, attempt %d: sent %q, want %q", e, e.fields["serving"], attempt, got, want)
+	}
+}
+
+// checkAnswerExample runs a tier's server and client interceptors, one
+// attempt per call: the handler makes one call, whose attempt fails with
+// the example's "code" and the rest of its lines as trailer, and returns
+// that error; the want lines are the trailer the tier answers with
+// (none: "no trailer").
+func checkAnswerExample(t *testing.T, e specExample) {
+	t.Helper()
+	code := codes.Unavailable
+	if v := e.md.Get("code"); len(v) == 1 {
+		var c codes.Code
+		if err := c.UnmarshalJSON([]byte(strconv.Quote(strings.TrimSpace(v[0])))); err != nil {
+			t.Fatalf("%v: bad code %q", e, v[0])
+		}
+		code = c
+	}
+	trailer := e.md.Copy()
+	trailer.Delete("code")
+	i, err := New(append(specOptions(t, e), WithMaxAttempts(1))...)
+	if err != nil {
+		t.Fatalf("%v: %v", e, err)
+	}
+	invoker := func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+		for _, o := range opts {
+			if tr, ok := o.(*grpc.TrailerCallOption); ok {
+				*tr.TrailerAddr = trailer
+			}
+		}
+		return status.Error(code, "from below")
+	}
+	rec := &trailerStream{}
+	ctx := grpc.NewContextWithServerTransportStream(context.Background(), trailerTransport{rec})
+	cc := newCC(t)
+	_, _ = i.server.unary(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/spec.Service/Method"}, func(ctx context.Context, _ any) (any, error) {
+		err := i.client.unary(ctx, "/spec.Service/Next", nil, nil, cc, invoker)
+		return nil, status.Convert(err).Err()
+	})
+	var got []string
+	for k, vs := range rec.md {
+		for _, v := range vs {
+			got = append(got, k+": "+v)
+		}
+	}
+	if len(got) == 0 {
+		got = []string{"no trailer"}
+	}
+	slices.Sort(got)
+	want := slices.Clone(e.want)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("%v: after %v with trailer %q, the tier answered %q, want %q", e, code, map[string][]string(trailer), got, want)
 	}
 }
