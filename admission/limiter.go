@@ -501,7 +501,7 @@ const (
 	Measured Outcome = iota
 	// Ignored: the request is no sign of the server's rate or latency (a
 	// long-lived stream, a request whose caller left while it waited); it
-	// frees its slot only.
+	// frees its slot, and counts as neither an arrival nor a completion.
 	Ignored
 	// Failed: the request ended with an error. It counts as a completion,
 	// but its latency is no sample: failures are often fast (a failing
@@ -525,6 +525,11 @@ func (p Permit) Release(o Outcome) {
 		return
 	}
 	l.inflight.Add(-1)
+	if o == Ignored {
+		// Neither an arrival nor a completion: a stream's start, or a
+		// request whose caller left, adds no work to compare.
+		l.arrived.Add(-1)
+	}
 	if o == Measured || o == Failed {
 		at, _ := l.now()
 		if o == Measured {

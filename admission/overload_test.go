@@ -103,3 +103,27 @@ func TestClosedLoopLeavesOverload(t *testing.T) {
 		t.Errorf("%d of %d refused from 1 s after the burst: the closed loop is stuck in overload", refused, refused+served)
 	}
 }
+
+// Streams started in a burst (a thousand watchers connecting) are
+// admitted and released at once as Ignored: they count as neither
+// arrivals nor completions, so they never make a server overloaded.
+func TestIgnoredStartsNoOverload(t *testing.T) {
+	s := newSim(t, Config{}, 8, time.Millisecond, 9)
+	s.closed(64, 0, time.Second)
+	for w := range 20 {
+		s.at(time.Duration(w)*10*time.Millisecond, func() {
+			for range 200 {
+				p, err := s.l.Acquire(ClassFirst, time.Time{})
+				if err != nil {
+					t.Errorf("stream start refused: %v", err)
+					return
+				}
+				p.Release(Ignored)
+			}
+		})
+	}
+	s.run(time.Second)
+	if refused, served, _ := s.in(0, time.Second); refused != 0 || s.l.Stats().Overloaded {
+		t.Errorf("with 4 000 stream starts: %d of %d refused, overloaded %v", refused, refused+served, s.l.Overloaded())
+	}
+}
