@@ -52,13 +52,17 @@ const (
 	maxWindows = 8
 	// minSamples latencies make a window's mean a candidate for the base.
 	minSamples = 4
+	// baseDrift bounds how far the base follows the server's latency
+	// while it is overloaded (see followService).
+	baseDrift = 4
 	// probeEvery windows of overload, a probe tells a closed loop from an
-	// open one (see Limiter); probeWindows is its length, its second
-	// half measured; closedRatio is the drop of arrivals that says
-	// "closed".
-	probeEvery   = 50
-	probeWindows = 2
-	closedRatio  = 0.5
+	// open one (see Limiter); probeWindows is its length (longer at low
+	// rates: probeArrivals), its second half measured; closedRatio is the
+	// drop of arrivals that says "closed".
+	probeEvery    = 50
+	probeWindows  = 2
+	probeArrivals = 32
+	closedRatio   = 0.5
 )
 
 // ErrInvalidConfig is wrapped by the error New returns for an invalid
@@ -275,6 +279,7 @@ type Limiter struct {
 	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
 	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
+	least      atomic.Int64                  // while overloaded: the least Measured latency of the window; 0: none
 	waitingN   atomic.Int64                  // requests in the queue or about to enter it
 	rejected   [numReasons]atomic.Int64
 
@@ -311,6 +316,7 @@ type window struct {
 	dur                    int64
 	arrived, refused, done int64
 	mean                   int64 // of Measured latencies; 0 with fewer than minSamples
+	least                  int64 // while overloaded: the least Measured latency; 0: none
 	inflight               int64 // at its end
 	over                   bool  // the server was overloaded during it
 }
@@ -393,11 +399,15 @@ func (l *Limiter) capOf(c Class) int64 {
 	return l.capAll
 }
 
-// setThresholds publishes base + Target x share for every class. l.mu is
-// held, or l is new.
-func (l *Limiter) setThresholds() {
+// setThresholds publishes l.base + Target x share for every class. l.mu
+// is held, or l is new.
+func (l *Limiter) setThresholds() { l.publishThresholds(l.base) }
+
+// publishThresholds publishes base + Target x share for every class.
+// l.mu is held, or l is new.
+func (l *Limiter) publishThresholds(base int64) {
 	for c := range Class(numClasses) {
-		l.threshold[c].Store(l.base + int64(l.cfg.Target)*l.share(c)/1000)
+		l.threshold[c].Store(base + int64(l.cfg.Target)*l.share(c)/1000)
 	}
 }
 
@@ -533,8 +543,16 @@ func (p Permit) Release(o Outcome) {
 	if o == Measured || o == Failed {
 		at, _ := l.now()
 		if o == Measured {
-			l.latSum.Add(max(at-p.start, 0))
+			rtt := max(at-p.start, 0)
+			l.latSum.Add(rtt)
 			l.latN.Add(1)
+			if l.overloaded.Load() {
+				for least := l.least.Load(); least == 0 || rtt < least; least = l.least.Load() {
+					if l.least.CompareAndSwap(least, max(rtt, 1)) {
+						break
+					}
+				}
+			}
 		}
 		l.done.Add(1)
 		if at >= l.winEnd.Load() {
@@ -567,7 +585,7 @@ func (l *Limiter) roll(at int64) {
 		return
 	}
 	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done,
-		inflight: l.inflight.Load(), over: l.overloaded.Load()}
+		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0)}
 	if d.latN >= minSamples {
 		win.mean = d.latSum / d.latN
 	}
@@ -645,6 +663,7 @@ func (l *Limiter) whileNot(win window) {
 // its end, and the probes. l.mu is held.
 func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.overSince++
+	l.followService()
 	if win.arrived+win.refused <= win.done {
 		l.calmRun++
 	} else {
@@ -659,9 +678,33 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	}
 }
 
+// followService moves the thresholds with the server's latency without a
+// queue while it is overloaded: a server that became slower (a slow
+// dependency, a degraded disk) rather than queued needs more time per
+// request, and with the base of before the overload it would be refused
+// work its idle workers could do. The least latency of the last windows
+// is that of a request that hardly waited; it may exceed the base of
+// before by at most baseDrift times, so that a queue that never empties
+// (whose least latency includes a wait) cannot drift the target up
+// without bound. l.mu is held.
+func (l *Limiter) followService() {
+	least := int64(0)
+	for i := range min(rateWindows, l.histN) {
+		if w := l.recent(i); w.least > 0 && (least == 0 || w.least < least) {
+			least = w.least
+		}
+	}
+	base := l.base
+	if least > base {
+		base = min(least, baseDrift*l.base)
+	}
+	l.publishThresholds(base)
+}
+
 // endOverload ends the overload, and a probe with it. l.mu is held.
 func (l *Limiter) endOverload() {
 	l.overloaded.Store(false)
+	l.setThresholds()
 	l.growthRun, l.calmRun = 0, 0
 	if l.probing {
 		l.probing = false
@@ -688,7 +731,12 @@ func (l *Limiter) startProbe(at int64) {
 	l.probeRate = float64(offered) / float64(dur)
 	h := make(chan struct{})
 	l.hold.Store(&h)
-	half := time.Duration(probeWindows * l.cfg.Window / 2)
+	// Each half lasts a window, or long enough to expect probeArrivals
+	// arrivals at the rate of before, so that a fall by half is not
+	// chance (at 32 expected, fewer than 16 come about once in a
+	// thousand probes).
+	half := max(time.Duration(probeWindows*l.cfg.Window/2), time.Duration(probeArrivals/l.probeRate))
+	half = min(half, MaxWindow)
 	l.afterFunc(half, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()

@@ -127,3 +127,39 @@ func TestIgnoredStartsNoOverload(t *testing.T) {
 		t.Errorf("with 4 000 stream starts: %d of %d refused, overloaded %v", refused, refused+served, s.l.Overloaded())
 	}
 }
+
+// A server that becomes several times slower (not queued) under open-loop
+// load keeps its workers busy: the base follows its latency without a
+// queue while it is overloaded (up to 4 times the base of before), so
+// that the requests its idle workers could serve are not refused.
+func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
+	s := newSim(t, Config{}, 4, 10*time.Millisecond, 10) // 400/s, then 80/s
+	slow := false
+	s.service = func(*rand.Rand) time.Duration {
+		if slow {
+			return 50 * time.Millisecond
+		}
+		return 10 * time.Millisecond
+	}
+	s.open(240, 0, 4*time.Second, 500*time.Millisecond)
+	s.run(time.Second)
+	slow = true
+	s.run(3 * time.Second)
+	slow = false
+	s.run(4 * time.Second)
+	for from := time.Duration(0); from < 4*time.Second; from += 250 * time.Millisecond {
+		refused, served, p99 := s.in(from, from+250*time.Millisecond)
+		t.Logf("%v: refused %d served %d p99 %v", from, refused, served, p99)
+	}
+	_, served, p99 := s.in(1250*time.Millisecond, 3*time.Second)
+	t.Logf("slow: served %d (%.0f %% of 80/s), p99 %v", served, 100*float64(served)/1.75/80, p99)
+	if rate := float64(served) / 1.75; rate < 0.8*80 {
+		t.Errorf("served %.0f/s while 5x slower, want >= 80 %% of its 80/s", rate)
+	}
+	if p99 > 250*time.Millisecond {
+		t.Errorf("p99 %v while 5x slower, want <= 250ms (4 x 10 ms base + 20 ms target, in 50 ms service)", p99)
+	}
+	if refused, _, _ := s.in(3250*time.Millisecond, 4*time.Second); refused != 0 {
+		t.Errorf("%d refused after the slowdown", refused)
+	}
+}
