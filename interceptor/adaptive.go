@@ -22,12 +22,24 @@ import (
 //
 // Overload outcomes are UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED
 // of the attempt's own timeout, and an attempt still unanswered when the
-// caller's deadline expired (a hang). A "do not retry" answer comes from a
-// live target whose own dependency failed and counts for nothing, except
-// that it ends the down state when it answers a probe: the target
-// answers, so it was down only because calls through it hung, as every
-// tier of a chain sees a hang at its end. Every other answer is an
-// accept.
+// caller's deadline expired (a hang). A refusal by the target's admission
+// control (MetadataShed) is busy, not broken (adaptive.Busy): it counts as
+// a request not accepted, so that the client slows down for a target
+// that refuses most of its requests, but never towards calling it down.
+// A "do not retry" answer comes from a live target whose own dependency
+// failed and counts for nothing, except that it ends the down state when
+// it answers a probe: the target answers, so it was down only because
+// calls through it hung, as every tier of a chain sees a hang at its end.
+// Every other answer is an accept.
+//
+// While the throttle calls the target healthy (adaptive.Throttle.Healthy:
+// up, accepting, at most this one failure since its last accept), the
+// retry of a lone failure goes at once rather than after a backoff: the
+// failure is a random one, and a caller with a fixed number of requests in
+// flight would only idle through the wait (at 10 % random failures in a
+// chain at capacity, the backoff cost 30 % of the goodput). The retry
+// budget bounds these retries as any other; later retries, and retries of
+// a target that fails more, wait their backoff.
 //
 // The recommended configuration, for every hop:
 //

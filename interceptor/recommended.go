@@ -17,8 +17,18 @@ import (
 //	sg, err := interceptor.New(
 //		interceptor.WithAdaptive(set),                  // outages, partial loss, hangs, recovery
 //		interceptor.WithBudget(budget.Config{}),        // random failures: retries <= 20 % (+10/s)
-//		interceptor.WithAdmission(admission.Config{}), // server: a slow dependency's queue
+//		interceptor.WithAdmission(admission.Config{}), // server: real overload, a slow dependency's queue
 //	)
+//
+// It is silent where protection must not fire: on a healthy service at
+// capacity loaded by a fixed number of callers, however many, nothing is
+// refused and no target is called down; random failures and one bad
+// replica of several are retried away (a lone failure of a healthy target
+// at once, under the budget); a target that answers "busy" is slowed down
+// for, never called down. It fires on a dead or hanging target, a partial
+// loss, and real overload (arrivals faster than completions), where a
+// server refuses only what it could not serve within its latency target
+// or the caller's deadline.
 //
 // which is the form to write out to change a part (a second retry limiter
 // next to Recommended's budget is an error). No circuit breaker: it
