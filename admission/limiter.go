@@ -265,14 +265,16 @@ type Limiter struct {
 	middlePM int64 // half-way between retryPM and 1000
 
 	_ [64]byte
-	// Written by every request: one cache line.
+	// Written by every request: one cache line. The admitted arrivals
+	// since New are inflight + completions (Measured and Failed), so
+	// that Acquire changes one counter: a request released Ignored is
+	// then neither an arrival nor a completion.
 	inflight atomic.Int64
-	arrived  atomic.Int64 // admitted, since New
-	refused  atomic.Int64 // refused by the overload and deadline rules, since New
-	done     atomic.Int64 // completions (Measured and Failed), since New
 	latSum   atomic.Int64 // nanoseconds of Measured latencies, since New
-	latN     atomic.Int64
-	_        [16]byte
+	latN     atomic.Int64 // Measured completions, since New
+	_        [40]byte
+	failed   atomic.Int64 // Failed completions, since New
+	refused  atomic.Int64 // refused by the overload and deadline rules, since New
 	// Read by every request, written once per window.
 	winEnd     atomic.Int64 // nanoseconds since origin
 	overloaded atomic.Bool
@@ -308,7 +310,8 @@ type snapshot struct {
 }
 
 func (l *Limiter) counters() snapshot {
-	return snapshot{l.arrived.Load(), l.refused.Load(), l.done.Load(), l.latSum.Load(), l.latN.Load()}
+	n, f := l.latN.Load(), l.failed.Load()
+	return snapshot{l.inflight.Load() + n + f, l.refused.Load(), n + f, l.latSum.Load(), n}
 }
 
 // window is what one window saw.
@@ -357,15 +360,18 @@ func New(cfg Config) (*Limiter, error) {
 // Config returns the configuration with defaults filled in.
 func (l *Limiter) Config() Config { return l.cfg }
 
-// now returns the time since origin in nanoseconds, and the time.
-func (l *Limiter) now() (int64, time.Time) {
+// now returns the time since origin in nanoseconds: on the system clock
+// its monotonic reading only, which costs half of time.Now.
+func (l *Limiter) now() int64 {
 	if l.sys {
-		t := time.Now()
-		return int64(t.Sub(l.origin)), t
+		return int64(time.Since(l.origin))
 	}
-	t := l.clk.Now()
-	return int64(t.Sub(l.origin)), t
+	return int64(l.clk.Now().Sub(l.origin))
 }
+
+// wall returns the time at at (nanoseconds since origin), to compare
+// with a caller's deadline.
+func (l *Limiter) wall(at int64) time.Time { return l.origin.Add(time.Duration(at)) }
 
 // share returns the share of Target, in thousandths, that class c may
 // wait.
@@ -426,12 +432,12 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	if c < 0 || c >= numClasses {
 		c = ClassFirst
 	}
-	at, now := l.now()
+	at := l.now()
 	if at >= l.winEnd.Load() {
 		l.roll(at)
 	}
 	if l.overloaded.Load() {
-		if err := l.overload(c, deadline, now); err != nil {
+		if err := l.overload(c, deadline, l.wall(at)); err != nil {
 			l.refused.Add(1)
 			if queue {
 				l.holdRefusal(ctx)
@@ -441,7 +447,6 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	}
 	if l.capAll == 0 {
 		l.inflight.Add(1)
-		l.arrived.Add(1)
 		return Permit{l: l, start: at}, nil
 	}
 	if l.cfg.QueueSize == 0 || l.waiting() == 0 {
@@ -453,7 +458,7 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 			return Permit{}, ErrLimit
 		}
 	}
-	return l.enqueue(ctx, queue, c, deadline, at, now)
+	return l.enqueue(ctx, queue, c, deadline, at, l.wall(at))
 }
 
 // overload applies the overload rule to a request of class c: nil to
@@ -494,7 +499,6 @@ func (l *Limiter) take(c Class, at int64) (Permit, bool) {
 	lim := l.capOf(c)
 	for cur := l.inflight.Load(); cur < lim; cur = l.inflight.Load() {
 		if l.inflight.CompareAndSwap(cur, cur+1) {
-			l.arrived.Add(1)
 			return Permit{l: l, start: at}, true
 		}
 	}
@@ -534,14 +538,11 @@ func (p Permit) Release(o Outcome) {
 	if l == nil {
 		return
 	}
+	// Ignored: neither an arrival nor a completion (a stream's start, or
+	// a request whose caller left, adds no work to compare).
 	l.inflight.Add(-1)
-	if o == Ignored {
-		// Neither an arrival nor a completion: a stream's start, or a
-		// request whose caller left, adds no work to compare.
-		l.arrived.Add(-1)
-	}
 	if o == Measured || o == Failed {
-		at, _ := l.now()
+		at := l.now()
 		if o == Measured {
 			rtt := max(at-p.start, 0)
 			l.latSum.Add(rtt)
@@ -553,8 +554,9 @@ func (p Permit) Release(o Outcome) {
 					}
 				}
 			}
+		} else {
+			l.failed.Add(1)
 		}
-		l.done.Add(1)
 		if at >= l.winEnd.Load() {
 			l.roll(at)
 		}
@@ -742,7 +744,7 @@ func (l *Limiter) startProbe(at int64) {
 		defer l.mu.Unlock()
 		if l.probing && l.hold.Load() == &h {
 			l.probeStart = l.counters()
-			l.probeMid, _ = l.now()
+			l.probeMid = l.now()
 		}
 	})
 	l.afterFunc(2*half, func() { l.endProbe(&h) })
@@ -755,7 +757,7 @@ func (l *Limiter) endProbe(h *chan struct{}) {
 	if !l.probing || l.hold.Load() != h {
 		return
 	}
-	at, _ := l.now()
+	at := l.now()
 	c := l.counters()
 	offered := (c.arrived + c.refused) - (l.probeStart.arrived + l.probeStart.refused)
 	dur := at - l.probeMid

@@ -189,7 +189,7 @@ func (l *Limiter) goesFirst(c Class, backedUp bool) bool {
 // dispatch gives free slots to waiters, in order, as long as their class
 // limit allows.
 func (l *Limiter) dispatch() {
-	at, _ := l.now()
+	at := l.now()
 	l.q.mu.Lock()
 	defer l.q.mu.Unlock()
 	l.expireStale(at)
