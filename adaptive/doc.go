@@ -27,9 +27,14 @@
 //     RESOURCE_EXHAUSTED, a hang until a deadline); any other answer is an
 //     accept. Random failures of 30 % leave p at zero for any K >= 1/0.7:
 //     the default K = 3 is silent up to 2/3 failures. Requests are counted
-//     when their outcome comes (or when shed), so that attempts in flight
-//     do not look refused at low counts, and nothing is shed below ten
-//     requests in the window (the down rule covers quiet clients).
+//     when their outcome comes, so that attempts in flight do not look
+//     refused at low counts, and nothing is shed below ten requests in
+//     the window (the down rule covers quiet clients). Requests shed
+//     locally are not counted: a caller at a fixed concurrency (a load
+//     test, a worker pool) sends again the moment it is refused, and its
+//     refusals, counted, drove the ratio to 1. A target's admission
+//     control refusing an attempt (Busy) is a request not accepted here,
+//     and nothing else: busy is not broken.
 //  2. Retries only into a healthy target. A retry is refused while the
 //     target is down, after 8 overload failures in a row (a dead target at
 //     1000 requests/s reaches that in 8 ms; at 30 % random failures it
