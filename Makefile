@@ -12,6 +12,9 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION        := v0.8.2
 BENCHSTAT_VERSION          := v0.0.0-20260908200009-22c9c6c9d4da
+# ghz, the gRPC load tool users measure with: its binary only (its runner
+# package does not build against the grpc-go the bench module uses).
+GHZ_VERSION                := v0.93.0
 
 FUZZTIME ?= 5s
 
@@ -95,7 +98,7 @@ bench: $(BIN)/benchstat
 demo:
 	go run ./cmd/stormsim
 
-tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/staticcheck
+tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/staticcheck $(BIN)/ghz
 
 $(BIN)/buf:
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -107,6 +110,8 @@ $(BIN)/staticcheck:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 $(BIN)/benchstat:
 	go install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+$(BIN)/ghz:
+	go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
 clean:
 	rm -rf $(BIN)
