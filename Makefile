@@ -18,7 +18,7 @@ GHZ_VERSION                := v0.93.0
 
 FUZZTIME ?= 5s
 
-.PHONY: bench-check
+.PHONY: bench-check bench-busy
 .PHONY: all test vet fmt-check staticcheck unit fuzz-short proto proto-check lint bench demo tools clean
 
 all: test
@@ -80,7 +80,8 @@ lint: vet fmt-check staticcheck
 # (bench/cmd/scenarios), the incident simulator (internal/incidentsim: long
 # outages and fleets, which a real chain cannot run in minutes) and the
 # happy-path overhead of every stack relative
-# to none (bench/, benchstat). Raw outputs go to $(BENCH_OUT).
+# to none (bench/, benchstat), then bench-busy. Raw outputs go to
+# $(BENCH_OUT).
 BENCH_COUNT ?= 6
 BENCH_OUT   ?= $(BIN)/bench-results
 
@@ -94,6 +95,22 @@ bench: $(BIN)/benchstat
 	cd bench && go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) . | tee $(BENCH_OUT)/overhead.txt
 	@echo "## Happy-path overhead per stack, relative to none (benchstat -col /stack)"
 	$(BIN)/benchstat -col /stack $(BENCH_OUT)/overhead.txt | tee $(BENCH_OUT)/overhead-benchstat.txt
+	$(MAKE) bench-busy
+
+# bench-busy: the load tests of issue 19 as users run them (bench/cmd/busy,
+# bench/BUSY.md): every tier its own process (bench/cmd/tier) over loopback
+# TCP, ghz at a fixed concurrency and the project's open-loop generator,
+# retries off and the peers in the same run, each figure the median of 3
+# interleaved runs (about 25 minutes on 2 cores). BUSY_FLAGS=-quick for a
+# look in a few minutes; BUSY_FLAGS='-scenarios replicas' for one scenario.
+BUSY_FLAGS ?=
+
+bench-busy: $(BIN)/ghz
+	@mkdir -p $(BENCH_OUT)
+	cd bench && go build -o $(BIN)/stormguard-tier ./cmd/tier
+	cd bench && go run ./cmd/busy -ghz $(BIN)/ghz -tier $(BIN)/stormguard-tier \
+	  -proto $(CURDIR)/proto/stormguard/testsvc/v1/testsvc.proto -import-paths $(CURDIR)/proto \
+	  $(BUSY_FLAGS) | tee $(BENCH_OUT)/busy.md
 
 demo:
 	go run ./cmd/stormsim
