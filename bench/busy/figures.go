@@ -25,6 +25,11 @@ type Figures struct {
 	// Goodput: OK answers per second that ended in the window (by end,
 	// unlike the other figures: what the chain served in it).
 	Goodput float64
+	// GoodputMin and GoodputMax are the lowest and highest Goodput of the
+	// runs a median was taken over: the machine's noise, in the table.
+	GoodputMin, GoodputMax float64
+	// Runs is the number of runs summarised.
+	Runs int
 	// P99 of every answer; P99OK of the successes only.
 	P99, P99OK time.Duration
 	// Counted by the processes (zero when the stack is not stormguard's):
@@ -32,6 +37,9 @@ type Figures struct {
 	// "down" events (targets marked down, NOT_SERVING), and each kind.
 	Refusals, Admission, Throttled, RetryDenied int64
 	Downs, TargetDown, NotServing               int64
+	// RefusalsMax and DownsMax are the highest of the runs a median was
+	// taken over: "zero in every healthy run" needs the worst run.
+	RefusalsMax, DownsMax int64
 	// PaymentPerRequest: calls that reached payment (every replica) per
 	// request started.
 	PaymentPerRequest float64
@@ -47,17 +55,20 @@ func figures(r Run, from, to time.Duration) Figures {
 	s := r.Samples.Between(from, to)
 	tot := r.Counts.Total()
 	f := Figures{
-		Requests:   len(s),
-		Success:    s.Success(),
-		P99:        s.Percentile(0.99),
-		P99OK:      ok(s).Percentile(0.99),
-		Admission:  tot.AdmissionRefused(),
-		Throttled:  tot.Throttled,
-		Refusals:   tot.Refusals(),
-		Downs:      tot.Downs(),
-		TargetDown: tot.TargetDown,
-		NotServing: tot.NotServing,
-		Counted:    tot.Stormguard || r.Stack == baseline,
+		Runs:        1,
+		Requests:    len(s),
+		Success:     s.Success(),
+		P99:         s.Percentile(0.99),
+		P99OK:       ok(s).Percentile(0.99),
+		Admission:   tot.AdmissionRefused(),
+		Throttled:   tot.Throttled,
+		Refusals:    tot.Refusals(),
+		RefusalsMax: tot.Refusals(),
+		Downs:       tot.Downs(),
+		DownsMax:    tot.Downs(),
+		TargetDown:  tot.TargetDown,
+		NotServing:  tot.NotServing,
+		Counted:     tot.Stormguard || r.Stack == baseline,
 	}
 	f.RetryDenied = tot.RetryDenied()
 	if to > from {
@@ -106,13 +117,18 @@ func median(fs []Figures) Figures {
 		Requests:          med(fs, func(f Figures) int { return f.Requests }),
 		Success:           med(fs, func(f Figures) float64 { return f.Success }),
 		Goodput:           med(fs, func(f Figures) float64 { return f.Goodput }),
+		GoodputMin:        slices.Min(pick(fs, func(f Figures) float64 { return f.Goodput })),
+		GoodputMax:        slices.Max(pick(fs, func(f Figures) float64 { return f.Goodput })),
+		Runs:              len(fs),
 		P99:               med(fs, func(f Figures) time.Duration { return f.P99 }),
 		P99OK:             med(fs, func(f Figures) time.Duration { return f.P99OK }),
 		Refusals:          med(fs, func(f Figures) int64 { return f.Refusals }),
+		RefusalsMax:       slices.Max(pick(fs, func(f Figures) int64 { return f.RefusalsMax })),
 		Admission:         med(fs, func(f Figures) int64 { return f.Admission }),
 		Throttled:         med(fs, func(f Figures) int64 { return f.Throttled }),
 		RetryDenied:       med(fs, func(f Figures) int64 { return f.RetryDenied }),
 		Downs:             med(fs, func(f Figures) int64 { return f.Downs }),
+		DownsMax:          slices.Max(pick(fs, func(f Figures) int64 { return f.DownsMax })),
 		TargetDown:        med(fs, func(f Figures) int64 { return f.TargetDown }),
 		NotServing:        med(fs, func(f Figures) int64 { return f.NotServing }),
 		PaymentPerRequest: med(fs, func(f Figures) float64 { return f.PaymentPerRequest }),
@@ -121,11 +137,15 @@ func median(fs []Figures) Figures {
 }
 
 func med[T cmp.Ordered](fs []Figures, get func(Figures) T) T {
+	return medianOf(pick(fs, get))
+}
+
+func pick[T any](fs []Figures, get func(Figures) T) []T {
 	v := make([]T, len(fs))
 	for i, f := range fs {
 		v[i] = get(f)
 	}
-	return medianOf(v)
+	return v
 }
 
 // medianOf returns the median of v (the lower middle for an even count),

@@ -82,3 +82,26 @@ func TestFiguresAndMedian(t *testing.T) {
 		t.Errorf("slices: %+v", sl)
 	}
 }
+
+func TestCountCell(t *testing.T) {
+	for _, tc := range []struct {
+		f    Figures
+		want string
+	}{
+		{Figures{Counted: true}, "0"},
+		{Figures{Counted: true, RefusalsMax: 3, Runs: 3}, "0, max 3"},
+		{Figures{Counted: true, Refusals: 5, RefusalsMax: 5, Admission: 4, RetryDenied: 1}, "5 (4 shed, 1 retry denied)"},
+		{Figures{Refusals: 5}, "n/a"},
+	} {
+		if got := refusals(tc.f); got != tc.want {
+			t.Errorf("refusals(%+v): got %q, want %q", tc.f, got, tc.want)
+		}
+	}
+	if got := downs(Figures{Counted: true, Downs: 1, TargetDown: 1, DownsMax: 2}); got != "1 (1 target down), max 2" {
+		t.Errorf("downs: got %q", got)
+	}
+	m := median([]Figures{{Refusals: 0, RefusalsMax: 0}, {Refusals: 4, RefusalsMax: 4}, {Refusals: 0, RefusalsMax: 0}})
+	if m.Refusals != 0 || m.RefusalsMax != 4 {
+		t.Errorf("median of refusals 0, 4, 0: %d, max %d; want 0, max 4", m.Refusals, m.RefusalsMax)
+	}
+}

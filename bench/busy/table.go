@@ -58,11 +58,28 @@ func pct2(f float64) string {
 
 func rate(f float64) string { return fmt.Sprintf("%.0f", f) }
 
+// goodput shows the median goodput and, over several runs, its range.
+func goodput(f Figures) string {
+	if f.Runs < 2 {
+		return rate(f.Goodput)
+	}
+	return fmt.Sprintf("%.0f (%.0f-%.0f)", f.Goodput, f.GoodputMin, f.GoodputMax)
+}
+
 func ratio(a, b float64) string {
 	if b <= 0 {
 		return "-"
 	}
 	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// ratioRange shows the median goodput over base and, over several runs,
+// the range.
+func ratioRange(f Figures, base float64) string {
+	if f.Runs < 2 || base <= 0 {
+		return ratio(f.Goodput, base)
+	}
+	return fmt.Sprintf("%.2fx (%.2f-%.2f)", f.Goodput/base, f.GoodputMin/base, f.GoodputMax/base)
 }
 
 func ms(d time.Duration) string {
@@ -79,13 +96,11 @@ func ms(d time.Duration) string {
 }
 
 // refusals shows a stack's refusals with their kinds (each a median on
-// its own); "n/a" where they were not counted (see Figures.Counted).
+// its own) and, when a run had more than the median, the most; "n/a"
+// where they were not counted (see Figures.Counted).
 func refusals(f Figures) string {
 	if !f.Counted {
 		return "n/a"
-	}
-	if f.Refusals == 0 {
-		return "0"
 	}
 	var kinds []string
 	for _, k := range []struct {
@@ -96,16 +111,13 @@ func refusals(f Figures) string {
 			kinds = append(kinds, fmt.Sprintf("%d %s", k.n, k.name))
 		}
 	}
-	return fmt.Sprintf("%d (%s)", f.Refusals, strings.Join(kinds, ", "))
+	return count(f.Refusals, f.RefusalsMax, kinds)
 }
 
-// downs shows a stack's "down" events with their kinds, as refusals.
+// downs shows a stack's "down" events as refusals shows refusals.
 func downs(f Figures) string {
 	if !f.Counted {
 		return "n/a"
-	}
-	if f.Downs == 0 {
-		return "0"
 	}
 	var kinds []string
 	if f.TargetDown > 0 {
@@ -114,7 +126,19 @@ func downs(f Figures) string {
 	if f.NotServing > 0 {
 		kinds = append(kinds, fmt.Sprintf("%d not serving", f.NotServing))
 	}
-	return fmt.Sprintf("%d (%s)", f.Downs, strings.Join(kinds, ", "))
+	return count(f.Downs, f.DownsMax, kinds)
+}
+
+// count shows a median count, its kinds and the most of any run.
+func count(n, most int64, kinds []string) string {
+	s := fmt.Sprint(n)
+	if len(kinds) > 0 {
+		s += " (" + strings.Join(kinds, ", ") + ")"
+	}
+	if most > n {
+		s += fmt.Sprintf(", max %d", most)
+	}
+	return s
 }
 
 // deadline shows a request deadline; 0 is none.
