@@ -167,11 +167,12 @@ type Slice struct {
 	Goodput float64 // OK answers per second that ended in it
 }
 
-// slices cuts the requests of s that started in [0, length) into slices
-// of width.
+// slicesOf cuts the requests of s that started in [0, length) into
+// slices of width; a last slice shorter than width is left out (its
+// goodput per second would read low).
 func slicesOf(s Samples, width, length time.Duration) []Slice {
 	var out []Slice
-	for from := time.Duration(0); from < length; from += width {
+	for from := time.Duration(0); from+width <= length; from += width {
 		in := s.Between(from, from+width)
 		sl := Slice{From: from, Success: -1}
 		if len(in) > 0 {

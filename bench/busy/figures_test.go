@@ -81,6 +81,9 @@ func TestFiguresAndMedian(t *testing.T) {
 	if len(sl) != 2 || sl[0].Success != 0.75 || sl[1].Success != -1 || sl[0].Goodput != 4 {
 		t.Errorf("slices: %+v", sl)
 	}
+	if sl := slicesOf(r.Samples, 400*ms, time.Second); len(sl) != 2 {
+		t.Errorf("slices of 400ms over 1s: %d, want 2 (the last, of 200ms, left out)", len(sl))
+	}
 }
 
 func TestCountCell(t *testing.T) {

@@ -367,24 +367,10 @@ func (h *Harness) overload(ctx context.Context, cpu bool) error {
 	spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{pay}} }
 	fmt.Fprint(h.Out, title)
 
-	// Capacity: retries off at its best fixed concurrency, this run.
-	capTable := newTable("callers", "goodput (ok/s): median (range)", "success", "p99")
-	capacity := 0.0
-	for _, n := range callers {
-		runs, err := h.runCase(ctx, fmt.Sprintf("overload capacity, %d callers", n), []string{baseline}, spec, h.fixed(n, p.CapacityLength, p.CapacityDeadline))
-		if err != nil {
-			return err
-		}
-		f := medianFigures(runs, 0, 0)[baseline]
-		capacity = max(capacity, f.Goodput)
-		capTable.row(n, goodput(f), pct2(f.Success), ms(f.P99))
+	capacity, err := h.capacityOf(ctx, spec, callers)
+	if err != nil {
+		return err
 	}
-	if capacity <= 0 {
-		return fmt.Errorf("overload: no goodput at any of %v callers: no capacity to scale", callers)
-	}
-	fmt.Fprintf(h.Out, "Capacity: the goodput of retries off (none) at its best fixed concurrency (%s, %s, %v per run, median of %d): **%.0f ok/s**.\n\n",
-		h.Load.Name(), deadline(p.CapacityDeadline), p.CapacityLength, h.Runs, capacity)
-	capTable.write(h.Out)
 
 	fmt.Fprintf(h.Out, "Open-loop arrivals (independent of answers, the project's own generator) at each factor of capacity for %v, then %.1fx for %v; every request %s. "+
 		"Overload figures are over the requests that started in the overload; \"after\" over those that started in the first %v after it; median of %d interleaved runs.\n\n",
@@ -421,6 +407,31 @@ func (h *Harness) overload(ctx context.Context, cpu bool) error {
 		f()
 	}
 	return nil
+}
+
+// capacityOf measures the chain's capacity for overload: the goodput of
+// retries off at its best of the fixed concurrencies callers, in this
+// run; it prints how it got there.
+func (h *Harness) capacityOf(ctx context.Context, spec func(string) ChainSpec, callers []int) (float64, error) {
+	p := h.Params
+	t := newTable("callers", "goodput (ok/s): median (range)", "success", "p99")
+	capacity := 0.0
+	for _, n := range callers {
+		runs, err := h.runCase(ctx, fmt.Sprintf("overload capacity, %d callers", n), []string{baseline}, spec, h.fixed(n, p.CapacityLength, p.CapacityDeadline))
+		if err != nil {
+			return 0, err
+		}
+		f := medianFigures(runs, 0, 0)[baseline]
+		capacity = max(capacity, f.Goodput)
+		t.row(n, goodput(f), pct2(f.Success), ms(f.P99))
+	}
+	if capacity <= 0 {
+		return 0, fmt.Errorf("overload: no goodput at any of %v callers: no capacity to scale", callers)
+	}
+	fmt.Fprintf(h.Out, "Capacity: the goodput of retries off (none) at its best fixed concurrency (%s, %s, %v per run, median of %d): **%.0f ok/s**.\n\n",
+		h.Load.Name(), deadline(p.CapacityDeadline), p.CapacityLength, h.Runs, capacity)
+	t.write(h.Out)
+	return capacity, nil
 }
 
 // reached returns the median over runs of the overload phase's arrival

@@ -146,87 +146,117 @@ func ServeTier(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	stack, err := findStack(f.stack)
+	t, err := newTier(ctx, f)
 	if err != nil {
 		return err
 	}
-	if f.cpu > 0 {
-		if f.work.CPU, err = Calibrate(f.cpu); err != nil {
-			return err
-		}
-	}
-	idx := slices.Index(testsvc.DefaultTiers, f.tier)
-	obs := new(counter)
-	inst, err := stack.Instance(bench.InstanceOptions{
-		Observer:   func(int) interceptor.Observer { return obs },
-		RoundRobin: len(f.next) > 1,
-	})
-	if err != nil {
-		return err
-	}
-	cfg := inst.Config
-
-	var (
-		next   testsvcv1.TestServiceClient
-		sentTo *testsvc.Tier // counts the attempts sent to the next tier
-	)
-	if len(f.next) > 0 {
-		sentTo = testsvc.NewTier(testsvc.DefaultTiers[idx+1], nil, 0)
-		conn, err := dialNext(ctx, f.next, cfg.DialOptions, idx+1, f.connect, sentTo.CountingDialOptions())
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		next = testsvcv1.NewTestServiceClient(conn)
-	}
-	t := testsvc.NewTier(f.tier, next, f.seed)
-	work := newWorker(f.work, f.seed)
-	// Counting first (testsvc's admission, with no faults set), then the
-	// stack's interceptors, then the work: where a handler's would be.
-	opts := t.AdmissionOptions()
-	if cfg.ServerOptions != nil {
-		opts = append(opts, cfg.ServerOptions(idx)...)
-	}
-	opts = append(opts, grpc.ChainUnaryInterceptor(work.unary))
-	srv := grpc.NewServer(opts...)
-	t.Register(srv, sentTo)
-	if cfg.Register != nil {
-		cfg.Register(idx, srv)
-	}
-
-	counts := func() Counts {
-		c := Counts{Tier: f.tier, Stormguard: stack.Stormguard, Received: t.Received(testsvc.Unary), Handled: work.handled.Load(), OK: work.ok.Load()}
-		if sentTo != nil {
-			c.Sent = sentTo.Attempts(testsvc.Unary)
-		}
-		obs.fill(&c)
-		return c
-	}
-	stopStats, statsURL, err := serveCounts(f.stats, counts)
+	defer t.close()
+	stopStats, statsURL, err := serveCounts(f.stats, t.counts)
 	if err != nil {
 		return err
 	}
 	defer stopStats()
-
 	lis, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(lis) }()
 	fmt.Fprintf(stderr, "tier: %s (%s) on %s, next %v, work %+v\n", f.tier, f.stack, lis.Addr(), f.next, f.work)
 	fmt.Fprintf(stdout, "%s%s\n%s%s\n", lineStats, statsURL, lineAddr, lis.Addr())
+	return serveUntil(ctx, t.srv, lis)
+}
+
+// tier is one tier's server, its connection to the next tier and its
+// counters.
+type tier struct {
+	name       string
+	stormguard bool
+	srv        *grpc.Server
+	conn       *grpc.ClientConn // to the next tier; nil for payment
+	svc        *testsvc.Tier    // counts what arrives
+	sentTo     *testsvc.Tier    // counts the attempts sent to the next tier
+	work       *worker
+	obs        *counter
+}
+
+// newTier builds the tier of f: the stack's instance, a connection to
+// the next tier that is ready, and the server (not yet serving).
+func newTier(ctx context.Context, f tierFlags) (*tier, error) {
+	stack, err := findStack(f.stack)
+	if err != nil {
+		return nil, err
+	}
+	if f.cpu > 0 {
+		if f.work.CPU, err = Calibrate(f.cpu); err != nil {
+			return nil, err
+		}
+	}
+	idx := slices.Index(testsvc.DefaultTiers, f.tier)
+	t := &tier{name: f.tier, stormguard: stack.Stormguard, work: newWorker(f.work, f.seed), obs: new(counter)}
+	inst, err := stack.Instance(bench.InstanceOptions{
+		Observer:   func(int) interceptor.Observer { return t.obs },
+		RoundRobin: len(f.next) > 1,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cfg := inst.Config
+	var next testsvcv1.TestServiceClient
+	if len(f.next) > 0 {
+		t.sentTo = testsvc.NewTier(testsvc.DefaultTiers[idx+1], nil, 0)
+		if t.conn, err = dialNext(ctx, f.next, cfg.DialOptions, idx+1, f.connect, t.sentTo.CountingDialOptions()); err != nil {
+			return nil, err
+		}
+		next = testsvcv1.NewTestServiceClient(t.conn)
+	}
+	t.svc = testsvc.NewTier(f.tier, next, f.seed)
+	// Counting first (testsvc's admission, with no faults set), then the
+	// stack's interceptors, then the work: where a handler's would be.
+	opts := t.svc.AdmissionOptions()
+	if cfg.ServerOptions != nil {
+		opts = append(opts, cfg.ServerOptions(idx)...)
+	}
+	opts = append(opts, grpc.ChainUnaryInterceptor(t.work.unary))
+	t.srv = grpc.NewServer(opts...)
+	t.svc.Register(t.srv, t.sentTo)
+	if cfg.Register != nil {
+		cfg.Register(idx, t.srv)
+	}
+	return t, nil
+}
+
+// counts returns the tier's counters.
+func (t *tier) counts() Counts {
+	c := Counts{Tier: t.name, Stormguard: t.stormguard, Received: t.svc.Received(testsvc.Unary), Handled: t.work.handled.Load(), OK: t.work.ok.Load()}
+	if t.sentTo != nil {
+		c.Sent = t.sentTo.Attempts(testsvc.Unary)
+	}
+	t.obs.fill(&c)
+	return c
+}
+
+func (t *tier) close() {
+	if t.conn != nil {
+		_ = t.conn.Close()
+	}
+}
+
+// serveUntil serves srv on lis until ctx ends; calls in flight then get
+// a moment to finish, and are cut after it.
+func serveUntil(ctx context.Context, srv *grpc.Server, lis net.Listener) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
 	select {
 	case err := <-done:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	// Calls in flight get a moment to finish, then are cut.
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
 	select {
 	case <-stopped:
-	case <-time.After(5 * time.Second):
+	case <-t.C:
 		srv.Stop()
 		<-stopped
 	}

@@ -44,101 +44,135 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// options are the command's flags.
+type options struct {
+	load, ghz, proto, importPath, tier string
+	conns, runs                        int
+	quick, verbose                     bool
+	only, stacks                       *regexp.Regexp
+	cpu                                time.Duration
+	seed                               uint64
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
 	fs := flag.NewFlagSet("busy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	load := fs.String("load", "ghz", "fixed-concurrency load: ghz (the binary, as users measure) or go (the project's own, needs nothing but Go)")
-	ghzPath := fs.String("ghz", "../bin/ghz", "the ghz `binary` (make bin/ghz installs the pinned version)")
-	proto := fs.String("proto", "../proto/stormguard/testsvc/v1/testsvc.proto", "the test service's .proto `file`, for ghz")
-	importPath := fs.String("import-paths", "../proto", "the .proto file's import `root`, for ghz")
-	conns := fs.Int("connections", 1, "connections of the load to the gateway (ghz --connections; 1 is ghz's default)")
-	tierPath := fs.String("tier", "", "the tier `binary` (cmd/tier); empty: go build it from ./cmd/tier")
-	runs := fs.Int("runs", 3, "interleaved runs per stack and case; each figure is their median")
-	quick := fs.Bool("quick", false, "smaller and shorter scenarios, for a look in a few minutes")
+	fs.StringVar(&o.load, "load", "ghz", "fixed-concurrency load: ghz (the binary, as users measure) or go (the project's own, needs nothing but Go)")
+	fs.StringVar(&o.ghz, "ghz", "../bin/ghz", "the ghz `binary` (make bin/ghz installs the pinned version)")
+	fs.StringVar(&o.proto, "proto", "../proto/stormguard/testsvc/v1/testsvc.proto", "the test service's .proto `file`, for ghz")
+	fs.StringVar(&o.importPath, "import-paths", "../proto", "the .proto file's import `root`, for ghz")
+	fs.IntVar(&o.conns, "connections", 1, "connections of the load to the gateway (ghz --connections; 1 is ghz's default)")
+	fs.StringVar(&o.tier, "tier", "", "the tier `binary` (cmd/tier); empty: go build it from ./cmd/tier")
+	fs.IntVar(&o.runs, "runs", 3, "interleaved runs per stack and case; each figure is their median")
+	fs.BoolVar(&o.quick, "quick", false, "smaller and shorter scenarios, for a look in a few minutes")
 	scen := fs.String("scenarios", "", "run only the scenarios whose name matches this `regexp`: "+strings.Join(busy.Scenarios, ", "))
 	stacks := fs.String("stacks", "", "run only the stacks whose name matches this `regexp` (none, retries off, always runs)")
-	cpu := fs.Duration("cpu", busy.DefaultParams.CPU, "CPU per request of the CPU-bound payment (calibrated once, at start)")
-	seed := fs.Uint64("seed", 1, "seed of the random failures")
-	verbose := fs.Bool("v", false, "pass every tier's log to stderr")
+	fs.DurationVar(&o.cpu, "cpu", busy.DefaultParams.CPU, "CPU per request of the CPU-bound payment (calibrated once, at start)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the random failures")
+	fs.BoolVar(&o.verbose, "v", false, "pass every tier's log to stderr")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return o, err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	var err error
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case o.runs < 1:
+		return o, fmt.Errorf("-runs %d: want >= 1", o.runs)
+	case o.conns < 1:
+		return o, fmt.Errorf("-connections %d: want >= 1", o.conns)
+	case o.cpu <= 0:
+		return o, fmt.Errorf("-cpu %v: want > 0", o.cpu)
 	}
-	if *runs < 1 {
-		return fmt.Errorf("-runs %d: want >= 1", *runs)
+	if o.only, err = regexp.Compile(*scen); err != nil {
+		return o, fmt.Errorf("-scenarios: %w", err)
 	}
-	if *conns < 1 {
-		return fmt.Errorf("-connections %d: want >= 1", *conns)
+	if o.stacks, err = regexp.Compile(*stacks); err != nil {
+		return o, fmt.Errorf("-stacks: %w", err)
 	}
-	only, err := regexp.Compile(*scen)
-	if err != nil {
-		return fmt.Errorf("-scenarios: %w", err)
-	}
-	sre, err := regexp.Compile(*stacks)
-	if err != nil {
-		return fmt.Errorf("-stacks: %w", err)
-	}
+	return o, nil
+}
 
-	var fixed busy.FixedLoad
-	switch *load {
+// fixedLoad returns the fixed-concurrency load the flags ask for.
+func fixedLoad(o options) (busy.FixedLoad, error) {
+	switch o.load {
 	case "ghz":
-		for _, f := range []string{*ghzPath, *proto} {
+		for _, f := range []string{o.ghz, o.proto} {
 			if _, err := os.Stat(f); err != nil {
-				return fmt.Errorf("-load ghz: %w (from the root, make bench-busy installs ghz; or -load go)", err)
+				return nil, fmt.Errorf("-load ghz: %w (from the root, make bench-busy installs ghz; or -load go)", err)
 			}
 		}
-		fixed = busy.Ghz{Path: *ghzPath, Proto: *proto, ImportPath: *importPath, Connections: *conns}
+		return busy.Ghz{Path: o.ghz, Proto: o.proto, ImportPath: o.importPath, Connections: o.conns}, nil
 	case "go":
-		fixed = busy.GoLoad{Connections: *conns}
-	default:
-		return fmt.Errorf("-load %q: want ghz or go", *load)
+		return busy.GoLoad{Connections: o.conns}, nil
 	}
+	return nil, fmt.Errorf("-load %q: want ghz or go", o.load)
+}
 
-	if *tierPath == "" {
-		dir, err := os.MkdirTemp("", "busy-tier-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		*tierPath = filepath.Join(dir, "tier")
-		b := exec.CommandContext(ctx, "go", "build", "-o", *tierPath, "./cmd/tier")
-		b.Stdout, b.Stderr = stderr, stderr
-		if err := b.Run(); err != nil {
-			return fmt.Errorf("go build ./cmd/tier (run from bench/, or pass -tier): %w", err)
-		}
+// tierBinary returns the tier binary of the flags, or builds one into a
+// temporary directory that cleanup removes.
+func tierBinary(ctx context.Context, o options, stderr io.Writer) (path string, cleanup func(), err error) {
+	if o.tier != "" {
+		return o.tier, func() {}, nil
 	}
+	dir, err := os.MkdirTemp("", "busy-tier-")
+	if err != nil {
+		return "", nil, err
+	}
+	path = filepath.Join(dir, "tier")
+	b := exec.CommandContext(ctx, "go", "build", "-o", path, "./cmd/tier")
+	b.Stdout, b.Stderr = stderr, stderr
+	if err := b.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build ./cmd/tier (run from bench/, or pass -tier): %w", err)
+	}
+	return path, func() { os.RemoveAll(dir) }, nil
+}
 
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	fixed, err := fixedLoad(o)
+	if err != nil {
+		return err
+	}
+	tier, cleanup, err := tierBinary(ctx, o, stderr)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
 	p := busy.DefaultParams
-	if *quick {
+	if o.quick {
 		p = busy.Quick(p)
 	}
-	p.CPU = *cpu
+	p.CPU = o.cpu
 	if p.CPUUnits, err = busy.Calibrate(p.CPU); err != nil {
 		return fmt.Errorf("-cpu: %w", err)
 	}
 	h := &busy.Harness{
-		Launcher:  busy.Launcher{Path: *tierPath},
+		Launcher:  busy.Launcher{Path: tier},
 		Load:      fixed,
-		OpenConns: *conns,
-		Runs:      *runs,
-		Stacks:    sre,
+		OpenConns: o.conns,
+		Runs:      o.runs,
+		Stacks:    o.stacks,
 		Params:    p,
-		Seed:      *seed,
+		Seed:      o.seed,
 		Out:       stdout,
 		Progress:  stderr,
 	}
-	if *verbose {
+	if o.verbose {
 		h.Launcher.Log = stderr
 	}
 	began := time.Now()
 	fmt.Fprintf(stdout, "# Busy is not broken: the chain as processes over loopback TCP\n\n")
 	fmt.Fprintf(stdout, "%s/%s, %d CPUs, %s, load %s, %d runs per figure, seed %d, %s\n\n",
-		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), fixed.Name(), *runs, *seed, began.UTC().Format(time.RFC3339))
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), fixed.Name(), o.runs, o.seed, began.UTC().Format(time.RFC3339))
 	fmt.Fprintf(stdout, "Command: `busy %s`\n\n", strings.Join(args, " "))
 	h.Describe()
-	if err := h.Run(ctx, only); err != nil {
+	if err := h.Run(ctx, o.only); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "Busy run took %v.\n", time.Since(began).Round(time.Second))
