@@ -12,10 +12,13 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 STATICCHECK_VERSION        := v0.8.2
 BENCHSTAT_VERSION          := v0.0.0-20260908200009-22c9c6c9d4da
+# ghz, the gRPC load tool users measure with: its binary only (its runner
+# package does not build against the grpc-go the bench module uses).
+GHZ_VERSION                := v0.93.0
 
 FUZZTIME ?= 5s
 
-.PHONY: bench-check
+.PHONY: bench-check bench-busy
 .PHONY: all test vet fmt-check staticcheck unit fuzz-short proto proto-check lint bench demo tools clean
 
 all: test
@@ -77,7 +80,8 @@ lint: vet fmt-check staticcheck
 # (bench/cmd/scenarios), the incident simulator (internal/incidentsim: long
 # outages and fleets, which a real chain cannot run in minutes) and the
 # happy-path overhead of every stack relative
-# to none (bench/, benchstat). Raw outputs go to $(BENCH_OUT).
+# to none (bench/, benchstat), then bench-busy. Raw outputs go to
+# $(BENCH_OUT).
 BENCH_COUNT ?= 6
 BENCH_OUT   ?= $(BIN)/bench-results
 
@@ -91,11 +95,27 @@ bench: $(BIN)/benchstat
 	cd bench && go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) . | tee $(BENCH_OUT)/overhead.txt
 	@echo "## Happy-path overhead per stack, relative to none (benchstat -col /stack)"
 	$(BIN)/benchstat -col /stack $(BENCH_OUT)/overhead.txt | tee $(BENCH_OUT)/overhead-benchstat.txt
+	$(MAKE) bench-busy
+
+# bench-busy: the load tests of issue 19 as users run them (bench/cmd/busy,
+# bench/BUSY.md): every tier its own process (bench/cmd/tier) over loopback
+# TCP, ghz at a fixed concurrency and the project's open-loop generator,
+# retries off and the peers in the same run, each figure the median of 3
+# interleaved runs (about 25 minutes on 2 cores). BUSY_FLAGS=-quick for a
+# look in a few minutes; BUSY_FLAGS='-scenarios replicas' for one scenario.
+BUSY_FLAGS ?=
+
+bench-busy: $(BIN)/ghz
+	@mkdir -p $(BENCH_OUT)
+	cd bench && go build -o $(BIN)/stormguard-tier ./cmd/tier
+	cd bench && go run ./cmd/busy -ghz $(BIN)/ghz -tier $(BIN)/stormguard-tier \
+	  -proto $(CURDIR)/proto/stormguard/testsvc/v1/testsvc.proto -import-paths $(CURDIR)/proto \
+	  $(BUSY_FLAGS) | tee $(BENCH_OUT)/busy.md
 
 demo:
 	go run ./cmd/stormsim
 
-tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/staticcheck
+tools: $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc $(BIN)/staticcheck $(BIN)/ghz
 
 $(BIN)/buf:
 	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -107,6 +127,8 @@ $(BIN)/staticcheck:
 	go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 $(BIN)/benchstat:
 	go install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
+$(BIN)/ghz:
+	go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 
 clean:
 	rm -rf $(BIN)

@@ -63,17 +63,17 @@ func SlowStacks(p SlowParams) []Stack {
 	return []Stack{
 		{
 			Name: "none", Desc: "no interceptor, no retries",
-			build: func(*Opens) (testsvc.Config, error) { return testsvc.Config{}, nil },
+			build: func(*env) (testsvc.Config, error) { return testsvc.Config{}, nil },
 		},
 		{
 			Name: "ggm-retry", Desc: "go-grpc-middleware retry on every hop: WithMax(3), UNAVAILABLE and DEADLINE_EXCEEDED, WithPerRetryTimeout, " + timeouts,
-			build: func(*Opens) (testsvc.Config, error) {
+			build: func(*env) (testsvc.Config, error) {
 				return testsvc.Config{DialOptions: func(hop int) []grpc.DialOption { return []grpc.DialOption{ggm(hop)} }}, nil
 			},
 		},
 		{
 			Name: "ggm+failsafe-limiter", Desc: "ggm-retry, plus failsafe-go v0.9.8 adaptivelimiter.NewWithDefaults() as payment's unary server interceptor (failsafegrpc)",
-			build: func(*Opens) (testsvc.Config, error) {
+			build: func(*env) (testsvc.Config, error) {
 				return testsvc.Config{
 					DialOptions: func(hop int) []grpc.DialOption { return []grpc.DialOption{ggm(hop)} },
 					ServerOptions: func(tier int) []grpc.ServerOption {

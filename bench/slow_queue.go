@@ -26,8 +26,8 @@ func slowQueueDesc() string {
 
 // slowStormguard builds the budget-and-breaker stormguard stack of the
 // slow scenario with admission cfg on every tier's server.
-func slowStormguard(p SlowParams, cfg admission.Config) func(*Opens) (testsvc.Config, error) {
-	return func(opens *Opens) (testsvc.Config, error) {
+func slowStormguard(p SlowParams, cfg admission.Config) func(*env) (testsvc.Config, error) {
+	return func(e *env) (testsvc.Config, error) {
 		if _, err := interceptor.New(interceptor.WithAdmission(cfg)); err != nil {
 			return testsvc.Config{}, err
 		}
@@ -35,7 +35,7 @@ func slowStormguard(p SlowParams, cfg admission.Config) func(*Opens) (testsvc.Co
 			DialOptions: func(hop int) []grpc.DialOption {
 				set, _ := breaker.NewSet(breaker.Config{OnStateChange: func(_ string, _, to breaker.State) {
 					if to == breaker.Open {
-						opens.add(hop)
+						e.opens.add(hop)
 					}
 				}}, 0)
 				return interceptor.DialOptions(interceptor.WithBudget(budget.Config{}), interceptor.WithBreaker(set),
@@ -51,8 +51,8 @@ func slowStormguard(p SlowParams, cfg admission.Config) func(*Opens) (testsvc.Co
 
 // slowRecommended builds interceptor.Recommended() on every hop and
 // server of the slow scenario, with its per-attempt timeouts.
-func slowRecommended(p SlowParams) func(*Opens) (testsvc.Config, error) {
-	return func(*Opens) (testsvc.Config, error) {
+func slowRecommended(p SlowParams) func(*env) (testsvc.Config, error) {
+	return func(*env) (testsvc.Config, error) {
 		return testsvc.Config{
 			DialOptions: func(hop int) []grpc.DialOption {
 				return interceptor.DialOptions(append(interceptor.Recommended(),

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -14,9 +15,12 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health" // also registers the client-side health checker
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/interceptor"
@@ -38,10 +42,40 @@ type Stack struct {
 	Streams bool
 	// HasBreaker is true for a stack with a circuit breaker.
 	HasBreaker bool
+	// Stormguard is true for a stack built from stormguard's
+	// interceptors: the only ones that report to an observer.
+	Stormguard bool
+	// serviceConfig is the default service config of every hop ("" for
+	// none); Instance merges round_robin into it when asked.
+	serviceConfig string
 	// build returns the chain configuration of one fresh instance of the
 	// stack (fresh budgets, throttles and breakers, one set per hop, as
-	// separate processes would have), counting breaker openings in opens.
-	build func(opens *Opens) (testsvc.Config, error)
+	// separate processes would have).
+	build func(e *env) (testsvc.Config, error)
+}
+
+// env is what a stack's build needs to know about the instance.
+type env struct {
+	opens *Opens // breaker openings per hop
+	tiers int    // number of tiers of the chain
+	obs   func(tier int) interceptor.Observer
+}
+
+// observer returns the observer for tier's stormguard interceptors, nil
+// for none.
+func (e *env) observer(tier int) interceptor.Observer {
+	if e.obs == nil {
+		return nil
+	}
+	return e.obs(tier)
+}
+
+// withObserver returns opts with tier's observer, if it has one.
+func (e *env) withObserver(tier int, opts ...interceptor.Option) []interceptor.Option {
+	if o := e.observer(tier); o != nil {
+		return append(opts, interceptor.WithObserver(o))
+	}
+	return opts
 }
 
 // Opens counts breaker openings per hop (0 is the edge client).
@@ -64,13 +98,76 @@ func (i *Instance) BreakerOpens() [3]int64 {
 // New returns a fresh instance of s for a chain of the given tiers (nil
 // means the default three tiers).
 func (s Stack) New(tiers []string, seed uint64) (*Instance, error) {
-	opens := new(Opens)
-	cfg, err := s.build(opens)
+	return s.Instance(InstanceOptions{Tiers: tiers, Seed: seed})
+}
+
+// InstanceOptions say how to build an instance of a stack. The zero value
+// is New(nil, 0).
+type InstanceOptions struct {
+	// Tiers names the chain's tiers; nil means the default three.
+	Tiers []string
+	// Seed seeds the chain's random faults.
+	Seed uint64
+	// Observer, if not nil, returns the observer of tier i's stormguard
+	// interceptors: its server's and its client's to tier i+1; tier -1
+	// is the edge client. It may return nil. Stacks that are not
+	// stormguard's ignore it.
+	Observer func(tier int) interceptor.Observer
+	// RoundRobin spreads every hop's calls over all the addresses its
+	// resolver returns (several replicas of the next tier): round_robin,
+	// merged into the stack's own service config. A stack whose service
+	// config already names a balancer keeps it.
+	RoundRobin bool
+}
+
+// Instance returns a fresh instance of s.
+func (s Stack) Instance(o InstanceOptions) (*Instance, error) {
+	tiers := len(o.Tiers)
+	if tiers == 0 {
+		tiers = len(testsvc.DefaultTiers)
+	}
+	e := &env{opens: new(Opens), tiers: tiers, obs: o.Observer}
+	cfg, err := s.build(e)
 	if err != nil {
 		return nil, fmt.Errorf("stack %s: %w", s.Name, err)
 	}
-	cfg.Tiers, cfg.Seed = tiers, seed
-	return &Instance{Config: cfg, opens: opens}, nil
+	sc, err := withRoundRobin(s.serviceConfig, o.RoundRobin)
+	if err != nil {
+		return nil, fmt.Errorf("stack %s: %w", s.Name, err)
+	}
+	if sc != "" {
+		dial := cfg.DialOptions
+		cfg.DialOptions = func(hop int) []grpc.DialOption {
+			var opts []grpc.DialOption
+			if dial != nil {
+				opts = dial(hop)
+			}
+			return append(opts, grpc.WithDefaultServiceConfig(sc))
+		}
+	}
+	cfg.Tiers, cfg.Seed = o.Tiers, o.Seed
+	return &Instance{Config: cfg, opens: e.opens}, nil
+}
+
+// withRoundRobin returns the service config sc (JSON; "" for none) with
+// round_robin as its balancer when rr is set and sc names none. A
+// default service config replaces rather than merges, so the balancer
+// must go into the stack's own.
+func withRoundRobin(sc string, rr bool) (string, error) {
+	if !rr {
+		return sc, nil
+	}
+	m := map[string]any{}
+	if sc != "" {
+		if err := json.Unmarshal([]byte(sc), &m); err != nil {
+			return "", fmt.Errorf("service config: %w", err)
+		}
+	}
+	if _, ok := m["loadBalancingConfig"]; !ok {
+		m["loadBalancingConfig"] = []any{map[string]any{"round_robin": map[string]any{}}}
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
 }
 
 // The backoff of every retrying stack is the same as far as each library
@@ -110,12 +207,12 @@ func Stacks() []Stack {
 	return []Stack{
 		{
 			Name: "none", Desc: "no interceptor, no retries", Streams: true,
-			build: func(*Opens) (testsvc.Config, error) { return testsvc.Config{}, nil },
+			build: func(*env) (testsvc.Config, error) { return testsvc.Config{}, nil },
 		},
 		{
 			Name: "ggm-retry",
 			Desc: "go-grpc-middleware v2.3.4 retry: WithMax(3), UNAVAILABLE, exponential backoff with full jitter (25 ms x U(0,2) doubling, cap 1 s); its stream interceptor refuses bidi streams, so none on streams",
-			build: func(*Opens) (testsvc.Config, error) {
+			build: func(*env) (testsvc.Config, error) {
 				ic := retry.UnaryClientInterceptor(
 					retry.WithMax(Attempts),
 					retry.WithCodes(codes.Unavailable),
@@ -128,28 +225,20 @@ func Stacks() []Stack {
 		},
 		{
 			Name: "grpc-retry", Streams: true,
-			Desc: "grpc-go built-in retryPolicy: maxAttempts 3, UNAVAILABLE, initialBackoff 50 ms, multiplier 2, maxBackoff 1 s (full jitter)",
-			build: func(*Opens) (testsvc.Config, error) {
-				sc := serviceConfig(false)
-				return testsvc.Config{DialOptions: func(int) []grpc.DialOption {
-					return []grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}
-				}}, nil
-			},
+			Desc:          "grpc-go built-in retryPolicy: maxAttempts 3, UNAVAILABLE, initialBackoff 50 ms, multiplier 2, maxBackoff 1 s (full jitter)",
+			serviceConfig: serviceConfig(false),
+			build:         func(*env) (testsvc.Config, error) { return testsvc.Config{}, nil },
 		},
 		{
 			Name: "grpc-retry-throttle", Streams: true,
-			Desc: "grpc-retry plus retryThrottling {maxTokens 10, tokenRatio 0.1}",
-			build: func(*Opens) (testsvc.Config, error) {
-				sc := serviceConfig(true)
-				return testsvc.Config{DialOptions: func(int) []grpc.DialOption {
-					return []grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}
-				}}, nil
-			},
+			Desc:          "grpc-retry plus retryThrottling {maxTokens 10, tokenRatio 0.1}",
+			serviceConfig: serviceConfig(true),
+			build:         func(*env) (testsvc.Config, error) { return testsvc.Config{}, nil },
 		},
 		{
 			Name: "failsafe-budget",
 			Desc: "failsafe-go v0.9.8 failsafegrpc unary interceptor: retry policy WithMaxAttempts(3), backoff 25 ms doubling to 500 ms with jitter factor 1 (U(0, 2d)), with budget.New() (maxRate 0.2 of in-flight executions, minConcurrency 3); failsafegrpc has no stream interceptor",
-			build: func(*Opens) (testsvc.Config, error) {
+			build: func(*env) (testsvc.Config, error) {
 				return testsvc.Config{DialOptions: func(int) []grpc.DialOption {
 					rp := failsafeRetry().WithBudget(fsbudget.New()).Build()
 					return []grpc.DialOption{grpc.WithChainUnaryInterceptor(failsafegrpc.NewUnaryClientInterceptor[any](rp))}
@@ -159,7 +248,7 @@ func Stacks() []Stack {
 		{
 			Name: "failsafe-breaker", HasBreaker: true,
 			Desc: "failsafe-go retry as failsafe-budget (no budget) around a circuit breaker per hop: failure rate 50 % of >= 100 executions in 10 s, delay 1 s, 3 successes to close (stormguard's breaker defaults)",
-			build: func(opens *Opens) (testsvc.Config, error) {
+			build: func(e *env) (testsvc.Config, error) {
 				return testsvc.Config{DialOptions: func(hop int) []grpc.DialOption {
 					rp := failsafeRetry().Build()
 					cb := circuitbreaker.NewBuilder[any]().
@@ -167,7 +256,7 @@ func Stacks() []Stack {
 						WithFailureRateThreshold(0.5, 100, 10*time.Second).
 						WithDelay(time.Second).
 						WithSuccessThreshold(3).
-						OnOpen(func(circuitbreaker.StateChangedEvent) { opens.add(hop) }).
+						OnOpen(func(circuitbreaker.StateChangedEvent) { e.opens.add(hop) }).
 						Build()
 					// The retry policy is outermost: every attempt passes
 					// the breaker.
@@ -177,21 +266,21 @@ func Stacks() []Stack {
 			},
 		},
 		{
-			Name: "stormguard", Streams: true, HasBreaker: true,
+			Name: "stormguard", Streams: true, HasBreaker: true, Stormguard: true,
 			Desc: "stormguard defaults: WithBudget(budget.Config{}) (20 % over 10 s + 10/s floor) and WithBreaker(breaker.NewSet(breaker.Config{}, 0)) on every hop, server interceptors on every tier, 3 attempts, full jitter 50 ms / cap 1 s",
-			build: func(opens *Opens) (testsvc.Config, error) {
-				return stormguardConfig(opens, func() interceptor.Option { return interceptor.WithBudget(budget.Config{}) })
+			build: func(e *env) (testsvc.Config, error) {
+				return stormguardConfig(e, func() interceptor.Option { return interceptor.WithBudget(budget.Config{}) })
 			},
 		},
 		{
-			Name: "stormguard-adaptive", Streams: true,
+			Name: "stormguard-adaptive", Streams: true, Stormguard: true,
 			Desc:  "the client side of stormguard's recommended configuration (interceptor.Recommended; its server side, admission control, matters in the slow scenario only): WithAdaptive(adaptive.NewSet(adaptive.Config{}, 0)) (proportional shedding K 3 over 1 s; down on evidence: 8 overload failures in a row behind a ready connection, 1 on a broken one, none accepted for 50 ms; probes 5 % / 50 ms) and WithBudget(budget.Config{}), no breaker, on every hop; server interceptors on every tier",
-			build: func(*Opens) (testsvc.Config, error) { return stormguardAdaptiveConfig() },
+			build: stormguardAdaptiveConfig,
 		},
 		{
 			Name: "failsafe-adaptive",
 			Desc: "failsafe-go v0.9.8 failsafegrpc: retry policy as failsafe-budget with budget.New(), around adaptivethrottler.NewWithDefaults (its rejection rate from the failure rate over its default window), per hop",
-			build: func(*Opens) (testsvc.Config, error) {
+			build: func(*env) (testsvc.Config, error) {
 				return testsvc.Config{DialOptions: func(int) []grpc.DialOption {
 					rp := failsafeRetry().WithBudget(fsbudget.New()).Build()
 					at := adaptivethrottler.NewBuilder[any]().HandleIf(retryableGRPC).Build()
@@ -201,11 +290,22 @@ func Stacks() []Stack {
 			},
 		},
 		{
-			Name: "stormguard-throttle", Streams: true, HasBreaker: true,
+			Name: "stormguard-throttle", Streams: true, HasBreaker: true, Stormguard: true,
 			Desc: "stormguard with WithThrottle(budget.ThrottleConfig{}) (gRFC A6, 10 / 0.1) instead of the budget, plus the breaker",
-			build: func(opens *Opens) (testsvc.Config, error) {
-				return stormguardConfig(opens, func() interceptor.Option { return interceptor.WithThrottle(budget.ThrottleConfig{}) })
+			build: func(e *env) (testsvc.Config, error) {
+				return stormguardConfig(e, func() interceptor.Option { return interceptor.WithThrottle(budget.ThrottleConfig{}) })
 			},
+		},
+		{
+			Name: "recommended", Streams: true, Stormguard: true,
+			Desc:  "exactly README's line on every service: one interceptor.New(interceptor.Recommended()...) per tier (adaptive throttle, budget, admission control at their defaults), its dial options on the tier's client and its server options on the tier's server; the edge client has its own",
+			build: func(e *env) (testsvc.Config, error) { return recommendedConfig(e, false) },
+		},
+		{
+			Name: "recommended-health", Streams: true, Stormguard: true,
+			Desc:          "README's fleet set-up on every service: recommended plus interceptor.WithHealth(health.NewServer(), admission.ServingConfig{}) on each tier's server with the health server registered, and grpc.WithDefaultServiceConfig(interceptor.HealthServiceConfig) (round_robin and health checking) on every client",
+			serviceConfig: interceptor.HealthServiceConfig,
+			build:         func(e *env) (testsvc.Config, error) { return recommendedConfig(e, true) },
 		},
 	}
 }
@@ -224,7 +324,7 @@ func failsafeRetry() retrypolicy.Builder[any] {
 // stormguardConfig installs stormguard on every hop, with a fresh limiter
 // from limiter and a fresh breaker set per hop, and its server interceptors
 // on every tier.
-func stormguardConfig(opens *Opens, limiter func() interceptor.Option) (testsvc.Config, error) {
+func stormguardConfig(e *env, limiter func() interceptor.Option) (testsvc.Config, error) {
 	// Validate the options once, so that a bad configuration is an error
 	// here rather than failed calls later.
 	if _, err := interceptor.New(limiter()); err != nil {
@@ -233,7 +333,7 @@ func stormguardConfig(opens *Opens, limiter func() interceptor.Option) (testsvc.
 	if _, err := breaker.NewSet(breaker.Config{}, 0); err != nil {
 		return testsvc.Config{}, err
 	}
-	srv, err := interceptor.New()
+	srv, err := serversPerTier(e)
 	if err != nil {
 		return testsvc.Config{}, err
 	}
@@ -242,33 +342,78 @@ func stormguardConfig(opens *Opens, limiter func() interceptor.Option) (testsvc.
 			// The config was validated above, so NewSet cannot fail.
 			set, _ := breaker.NewSet(breaker.Config{OnStateChange: func(_ string, _, to breaker.State) {
 				if to == breaker.Open {
-					opens.add(hop)
+					e.opens.add(hop)
 				}
 			}}, 0)
 			// interceptor.DialOptions fails every call if the options
 			// were invalid; they were validated above.
-			return interceptor.DialOptions(limiter(), interceptor.WithBreaker(set))
+			return interceptor.DialOptions(e.withObserver(hop-1, limiter(), interceptor.WithBreaker(set))...)
 		},
-		ServerOptions: func(int) []grpc.ServerOption { return srv.ServerOptions() },
+		ServerOptions: srv,
 	}, nil
 }
 
-// stormguardAdaptiveConfig installs the recommended configuration on every
-// hop: a fresh adaptive throttle set and budget per hop, the server
-// interceptors on every tier.
-func stormguardAdaptiveConfig() (testsvc.Config, error) {
+// serversPerTier returns the server options of stormguard's server
+// interceptors at their defaults, one Interceptors per tier (each with its
+// tier's observer).
+func serversPerTier(e *env) (func(tier int) []grpc.ServerOption, error) {
+	srv := make([]*interceptor.Interceptors, e.tiers)
+	for i := range srv {
+		var err error
+		if srv[i], err = interceptor.New(e.withObserver(i)...); err != nil {
+			return nil, err
+		}
+	}
+	return func(tier int) []grpc.ServerOption { return srv[tier].ServerOptions() }, nil
+}
+
+// stormguardAdaptiveConfig installs the client side of the recommended
+// configuration on every hop: a fresh adaptive throttle set and budget per
+// hop, the server interceptors on every tier.
+func stormguardAdaptiveConfig(e *env) (testsvc.Config, error) {
 	if _, err := adaptive.NewSet(adaptive.Config{}, 0); err != nil {
 		return testsvc.Config{}, err
 	}
-	srv, err := interceptor.New()
+	srv, err := serversPerTier(e)
 	if err != nil {
 		return testsvc.Config{}, err
 	}
 	return testsvc.Config{
-		DialOptions: func(int) []grpc.DialOption {
+		DialOptions: func(hop int) []grpc.DialOption {
 			set, _ := adaptive.NewSet(adaptive.Config{}, 0) // validated above
-			return interceptor.DialOptions(interceptor.WithAdaptive(set), interceptor.WithBudget(budget.Config{}))
+			return interceptor.DialOptions(e.withObserver(hop-1, interceptor.WithAdaptive(set), interceptor.WithBudget(budget.Config{}))...)
 		},
-		ServerOptions: func(int) []grpc.ServerOption { return srv.ServerOptions() },
+		ServerOptions: srv,
 	}, nil
+}
+
+// recommendedConfig is README's "Use it": one Interceptors per service
+// (tier), built once from Recommended(), whose dial options go on the
+// tier's client and whose server options go on its server; the edge
+// client (tier -1) has its own. With health, every tier's server also
+// runs WithHealth on a health server registered on it; the clients'
+// HealthServiceConfig comes from the stack's serviceConfig.
+func recommendedConfig(e *env, withHealth bool) (testsvc.Config, error) {
+	sg := make([]*interceptor.Interceptors, e.tiers+1) // sg[tier+1]
+	hs := make([]*health.Server, e.tiers+1)
+	for i := range sg {
+		opts := interceptor.Recommended()
+		if withHealth && i > 0 {
+			hs[i] = health.NewServer()
+			opts = append(opts, interceptor.WithHealth(hs[i], admission.ServingConfig{}))
+		}
+		var err error
+		if sg[i], err = interceptor.New(e.withObserver(i-1, opts...)...); err != nil {
+			return testsvc.Config{}, err
+		}
+	}
+	cfg := testsvc.Config{
+		// Hop h is the client inside tier h-1: sg[h].
+		DialOptions:   func(hop int) []grpc.DialOption { return sg[hop].DialOptions() },
+		ServerOptions: func(tier int) []grpc.ServerOption { return sg[tier+1].ServerOptions() },
+	}
+	if withHealth {
+		cfg.Register = func(tier int, srv *grpc.Server) { healthpb.RegisterHealthServer(srv, hs[tier+1]) }
+	}
+	return cfg, nil
 }

@@ -1,10 +1,18 @@
 package bench
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/stormguard/stormguard/interceptor"
+	"github.com/stormguard/stormguard/internal/testsvc"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -23,7 +31,8 @@ func TestDownOne(t *testing.T) {
 		"stormguard":          {1, 1, 3},
 		"stormguard-throttle": {1, 1, 3},
 	}
-	// Two stacks decide by time or chance: stormguard's adaptive throttle
+	// Some stacks decide by time or chance: stormguard's adaptive throttle
+	// (stormguard-adaptive, recommended, recommended-health)
 	// retries only a lone failure when the warm-up's accept is 50 ms old
 	// or more, and marks payment down at once when its channel is broken
 	// (so 1 to 3 calls, by the machine's speed), and
@@ -31,7 +40,7 @@ func TestDownOne(t *testing.T) {
 	// rejection is not a gRPC status: the user gets Unknown). For them
 	// only the wiring is checked: the request reached payment, at most 3
 	// times for stormguard, at most 3^3 for failsafe-go.
-	loose := map[string]int64{"stormguard-adaptive": 3, "failsafe-adaptive": 27}
+	loose := map[string]int64{"stormguard-adaptive": 3, "failsafe-adaptive": 27, "recommended": 3, "recommended-health": 3}
 	for _, s := range Stacks() {
 		t.Run(s.Name, func(t *testing.T) {
 			r, err := RunDownOne(s, DefaultParams)
@@ -49,6 +58,72 @@ func TestDownOne(t *testing.T) {
 			}
 			if w, ok := want[s.Name]; !ok || r.Received != w {
 				t.Errorf("calls received (gateway, order, payment): got %v, want %v", r.Received, w)
+			}
+		})
+	}
+}
+
+func TestWithRoundRobin(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", `{"loadBalancingConfig":[{"round_robin":{}}]}`},
+		{`{"methodConfig":[]}`, `{"loadBalancingConfig":[{"round_robin":{}}],"methodConfig":[]}`},
+		{`{"loadBalancingConfig":[{"pick_first":{}}]}`, `{"loadBalancingConfig":[{"pick_first":{}}]}`},
+	} {
+		got, err := withRoundRobin(tc.in, true)
+		if err != nil || got != tc.want {
+			t.Errorf("withRoundRobin(%q): got %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+	if got, err := withRoundRobin(`{"x":1}`, false); got != `{"x":1}` || err != nil {
+		t.Errorf("withRoundRobin off: got %q, %v; want the config untouched", got, err)
+	}
+	if _, err := withRoundRobin(`{`, true); err == nil {
+		t.Error("withRoundRobin of invalid JSON: no error")
+	}
+}
+
+// receivedCounter counts the requests a tier's server received.
+type receivedCounter struct{ n atomic.Int64 }
+
+func (c *receivedCounter) Observe(_ context.Context, e interceptor.Event) {
+	if e.Kind == interceptor.EventRequestReceived {
+		c.n.Add(1)
+	}
+}
+
+// TestStormguardStacksObserved: every stormguard stack reports each
+// tier's events to that tier's observer, and recommended-health serves
+// gRPC health on every tier.
+func TestStormguardStacksObserved(t *testing.T) {
+	for _, s := range Stacks() {
+		if !s.Stormguard {
+			continue
+		}
+		t.Run(s.Name, func(t *testing.T) {
+			obs := make([]receivedCounter, len(testsvc.DefaultTiers)+1)
+			inst, err := s.Instance(InstanceOptions{Observer: func(tier int) interceptor.Observer { return &obs[tier+1] }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := testsvc.New(t, inst.Config)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{Id: "1"}); err != nil {
+				t.Fatal(err)
+			}
+			for tier := range testsvc.DefaultTiers {
+				if got := obs[tier+1].n.Load(); got != 1 {
+					t.Errorf("tier %d: observer saw %d requests received, want 1", tier, got)
+				}
+			}
+			if s.Name != "recommended-health" {
+				return
+			}
+			for tier := range testsvc.DefaultTiers {
+				resp, err := healthpb.NewHealthClient(c.Conn(tier)).Check(ctx, &healthpb.HealthCheckRequest{})
+				if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+					t.Errorf("tier %d: health Check: %v, %v; want SERVING", tier, resp.GetStatus(), err)
+				}
 			}
 		})
 	}

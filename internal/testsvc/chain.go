@@ -80,6 +80,10 @@ type Config struct {
 	// ServerOptions returns extra server options for Tiers[i]. Nil means
 	// none. They are applied again on every restart.
 	ServerOptions func(tier int) []grpc.ServerOption
+	// Register, if not nil, registers extra services on Tiers[i]'s server
+	// (a health server that a stack watches), on every start, after the
+	// test service. Nil means none.
+	Register func(tier int, srv *grpc.Server)
 	// Seed seeds the random fault source; tier i uses Seed + i.
 	Seed uint64
 }
@@ -115,6 +119,9 @@ func Start(cfg Config) (*Chain, error) {
 		t := &Tier{name: name, index: i, faults: newFaults(cfg.Seed + uint64(i))}
 		if cfg.ServerOptions != nil {
 			t.serverOpts = cfg.ServerOptions(i)
+		}
+		if cfg.Register != nil {
+			t.register = func(srv *grpc.Server) { cfg.Register(i, srv) }
 		}
 		c.tiers = append(c.tiers, t)
 	}
@@ -227,6 +234,7 @@ type Tier struct {
 	next        testsvcv1.TestServiceClient // nil for the last tier
 
 	serverOpts []grpc.ServerOption
+	register   func(*grpc.Server) // nil: no extra services
 
 	mu  sync.Mutex
 	lis *bufconn.Listener // nil while killed
@@ -340,6 +348,9 @@ func (t *Tier) Restart() {
 	srv := grpc.NewServer(opts...)
 	testsvcv1.RegisterTestServiceServer(srv, &handler{tier: t})
 	testsvcv1.RegisterStatsServiceServer(srv, &statsHandler{tier: t})
+	if t.register != nil {
+		t.register(srv)
+	}
 	t.mu.Lock()
 	t.srv, t.lis = srv, lis
 	t.mu.Unlock()

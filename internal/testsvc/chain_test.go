@@ -15,6 +15,8 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
@@ -432,4 +434,31 @@ func TestStreamFaultCountsFailures(t *testing.T) {
 	if err := recv(10); err != nil {
 		t.Fatalf("after the one failure: %v, want success", err)
 	}
+}
+
+// TestRegister: Config.Register puts extra services on each tier's
+// server, again after a restart.
+func TestRegister(t *testing.T) {
+	hs := make([]*health.Server, len(DefaultTiers))
+	for i := range hs {
+		hs[i] = health.NewServer()
+		hs[i].SetServingStatus("tier", healthpb.HealthCheckResponse_ServingStatus(i+1))
+	}
+	c := New(t, Config{Register: func(tier int, srv *grpc.Server) { healthpb.RegisterHealthServer(srv, hs[tier]) }})
+	ctx := ctxT(t, 10*time.Second)
+	check := func(tier int) {
+		t.Helper()
+		resp, err := healthpb.NewHealthClient(c.Conn(tier)).Check(ctx, &healthpb.HealthCheckRequest{Service: "tier"}, grpc.WaitForReady(true))
+		if err != nil {
+			t.Fatalf("tier %d: Check: %v", tier, err)
+		}
+		if got, want := resp.GetStatus(), healthpb.HealthCheckResponse_ServingStatus(tier+1); got != want {
+			t.Fatalf("tier %d: got %v, want %v (its own health server)", tier, got, want)
+		}
+	}
+	for i := range DefaultTiers {
+		check(i)
+	}
+	c.Tier("payment").Restart()
+	check(2)
 }

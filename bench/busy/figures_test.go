@@ -1,0 +1,110 @@
+package busy
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+func TestDueBy(t *testing.T) {
+	phases := []Phase{{Rate: 1000, For: time.Second}, {Rate: 100, For: time.Second}}
+	for _, tc := range []struct {
+		at   time.Duration
+		due  int
+		next time.Duration
+	}{
+		{0, 1, time.Millisecond},
+		{time.Millisecond / 2, 1, time.Millisecond},
+		{500 * time.Millisecond, 501, 501 * time.Millisecond},
+		{time.Second, 1001, time.Second + 10*time.Millisecond},
+		{2 * time.Second, 1100, 2 * time.Second},
+	} {
+		due, next := dueBy(phases, tc.at)
+		if due != tc.due || (next-tc.next).Abs() > time.Microsecond {
+			t.Errorf("dueBy(%v): got %d, %v; want %d, %v", tc.at, due, next, tc.due, tc.next)
+		}
+	}
+}
+
+// ghzJSON is the shape of ghz v0.93.0's JSON report (trimmed): each
+// detail's timestamp is the request's end.
+const ghzJSON = `{"count":3,"details":[
+{"timestamp":"2026-01-01T00:00:00.010Z","latency":10000000,"error":"","status":"OK"},
+{"timestamp":"2026-01-01T00:00:00.004Z","latency":2000000,"error":"rpc error: code = Unavailable desc = x","status":"Unavailable"},
+{"timestamp":"2026-01-01T00:00:00.030Z","latency":5000000,"error":"x","status":""}]}`
+
+func TestParseGhz(t *testing.T) {
+	s, err := parseGhz([]byte(ghzJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Samples{
+		{Start: 0, Latency: 10 * time.Millisecond, Code: codes.OK},
+		{Start: 2 * time.Millisecond, Latency: 2 * time.Millisecond, Code: codes.Unavailable},
+		{Start: 25 * time.Millisecond, Latency: 5 * time.Millisecond, Code: codes.Unknown},
+	}
+	if !slices.Equal(s, want) {
+		t.Errorf("got %+v, want %+v", s, want)
+	}
+	for _, bad := range []string{`{`, `{"count":2,"details":[]}`, `{"count":0,"details":[]}`} {
+		if _, err := parseGhz([]byte(bad)); err == nil {
+			t.Errorf("parseGhz(%s): no error", bad)
+		}
+	}
+}
+
+func TestFiguresAndMedian(t *testing.T) {
+	ms := time.Millisecond
+	r := Run{Stack: baseline, Result: Result{Length: time.Second, Samples: Samples{
+		{Start: 0, Latency: 10 * ms, Code: codes.OK},
+		{Start: 100 * ms, Latency: 990 * ms, Code: codes.OK}, // ends after the load: not goodput
+		{Start: 200 * ms, Latency: ms, Code: codes.Unavailable},
+		{Start: 300 * ms, Latency: 20 * ms, Code: codes.OK},
+	}}, Counts: ChainCounts{Tiers: []Counts{{Received: 8}, {}, {}}, Payments: 1}}
+	f := figures(r, 0, time.Second)
+	if f.Requests != 4 || f.Success != 0.75 || f.Goodput != 2 || f.PaymentPerRequest != 2 || !f.Counted {
+		t.Errorf("figures: %+v", f)
+	}
+	if f.P99OK != 990*ms || f.P99 != 990*ms {
+		t.Errorf("p99: %v, of successes %v", f.P99, f.P99OK)
+	}
+	m := median([]Figures{{Success: 0.5, Refusals: 9}, {Success: 0.9, Refusals: 1}, {Success: 0.7, Refusals: 5}})
+	if m.Success != 0.7 || m.Refusals != 5 {
+		t.Errorf("median: %+v", m)
+	}
+	if got := medianOf([]int{4, 1, 3, 2}); got != 2 {
+		t.Errorf("medianOf 4 values: %d, want the lower middle 2", got)
+	}
+	sl := slicesOf(r.Samples, 500*ms, time.Second)
+	if len(sl) != 2 || sl[0].Success != 0.75 || sl[1].Success != -1 || sl[0].Goodput != 4 {
+		t.Errorf("slices: %+v", sl)
+	}
+	if sl := slicesOf(r.Samples, 400*ms, time.Second); len(sl) != 2 {
+		t.Errorf("slices of 400ms over 1s: %d, want 2 (the last, of 200ms, left out)", len(sl))
+	}
+}
+
+func TestCountCell(t *testing.T) {
+	for _, tc := range []struct {
+		f    Figures
+		want string
+	}{
+		{Figures{Counted: true}, "0"},
+		{Figures{Counted: true, RefusalsMax: 3, Runs: 3}, "0, max 3"},
+		{Figures{Counted: true, Refusals: 5, RefusalsMax: 5, Admission: 4, RetryDenied: 1}, "5 (4 shed, 1 retry denied)"},
+		{Figures{Refusals: 5}, "n/a"},
+	} {
+		if got := refusals(tc.f); got != tc.want {
+			t.Errorf("refusals(%+v): got %q, want %q", tc.f, got, tc.want)
+		}
+	}
+	if got := downs(Figures{Counted: true, Downs: 1, TargetDown: 1, DownsMax: 2}); got != "1 (1 target down), max 2" {
+		t.Errorf("downs: got %q", got)
+	}
+	m := median([]Figures{{Refusals: 0, RefusalsMax: 0}, {Refusals: 4, RefusalsMax: 4}, {Refusals: 0, RefusalsMax: 0}})
+	if m.Refusals != 0 || m.RefusalsMax != 4 {
+		t.Errorf("median of refusals 0, 4, 0: %d, max %d; want 0, max 4", m.Refusals, m.RefusalsMax)
+	}
+}

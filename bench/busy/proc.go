@@ -1,0 +1,187 @@
+package busy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Launcher starts tier processes: Path with Args, then the tier's flags.
+// A test binary can be its own tier (Args selecting that mode, Env set).
+type Launcher struct {
+	Path string
+	Args []string
+	Env  []string // added to the harness's environment
+	// Log, if not nil, receives every tier's stderr.
+	Log io.Writer
+}
+
+// Proc is one running tier process.
+type Proc struct {
+	Name   string
+	Addr   string // its gRPC address
+	stats  string // the URL of its counters
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the process has ended
+	lines  *lineWriter
+	tail   *tailWriter
+	once   sync.Once
+	err    error
+}
+
+// startTimeout bounds how long a tier may take to print its address.
+const startTimeout = 20 * time.Second
+
+// Start starts a tier with the given flags and waits until it serves.
+func (l Launcher) Start(ctx context.Context, name string, flags ...string) (*Proc, error) {
+	cmd := exec.Command(l.Path, append(append([]string{}, l.Args...), flags...)...)
+	cmd.Env = append(os.Environ(), l.Env...)
+	setParentDeathSignal(cmd)
+	p := &Proc{Name: name, cmd: cmd, lines: newLineWriter(), tail: &tailWriter{max: 8 << 10}}
+	cmd.Stdout = p.lines
+	cmd.Stderr = p.tail
+	if l.Log != nil {
+		cmd.Stderr = io.MultiWriter(p.tail, l.Log)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() {
+		p.err = cmd.Wait()
+		close(exited)
+	}()
+	tctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	for p.Addr == "" {
+		select {
+		case line := <-p.lines.c:
+			if s, ok := strings.CutPrefix(line, lineStats); ok {
+				p.stats = s
+			} else if s, ok := strings.CutPrefix(line, lineAddr); ok {
+				p.Addr = s
+			}
+		case <-exited:
+			return nil, fmt.Errorf("%s exited before serving (%v): %s", name, p.err, p.tail)
+		case <-tctx.Done():
+			_ = cmd.Process.Kill()
+			<-exited
+			return nil, fmt.Errorf("%s: not serving after %v: %s", name, startTimeout, p.tail)
+		}
+	}
+	return p, nil
+}
+
+// Counts reads the tier's counters.
+func (p *Proc) Counts(ctx context.Context) (Counts, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.stats, nil)
+	if err != nil {
+		return Counts{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return Counts{}, fmt.Errorf("%s: counts: %w", p.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Counts{}, fmt.Errorf("%s: counts: %s", p.Name, resp.Status)
+	}
+	var c Counts
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		return Counts{}, fmt.Errorf("%s: counts: %w", p.Name, err)
+	}
+	return c, nil
+}
+
+// stopTimeout bounds a graceful stop; the tier is killed after it.
+const stopTimeout = 10 * time.Second
+
+// Stop ends the tier (SIGTERM, then SIGKILL after stopTimeout) and
+// waits for it. It reports an exit that was not the stop's doing.
+func (p *Proc) Stop() error {
+	p.once.Do(func() {
+		select {
+		case <-p.exited:
+			p.err = fmt.Errorf("%s exited during the run (%v): %s", p.Name, p.err, p.tail)
+			return
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		t := time.NewTimer(stopTimeout)
+		defer t.Stop()
+		select {
+		case <-p.exited:
+		case <-t.C:
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+			p.err = fmt.Errorf("%s: killed, still running %v after SIGTERM", p.Name, stopTimeout)
+			return
+		}
+		if p.err != nil {
+			p.err = fmt.Errorf("%s: %v: %s", p.Name, p.err, p.tail)
+		}
+	})
+	return p.err
+}
+
+// lineWriter passes the lines written to it to a channel; what a tier
+// prints beyond the lines the harness reads is dropped.
+type lineWriter struct {
+	mu  sync.Mutex
+	buf []byte
+	c   chan string
+}
+
+func newLineWriter() *lineWriter { return &lineWriter{c: make(chan string, 16)} }
+
+func (w *lineWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, b...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		select {
+		case w.c <- string(w.buf[:i]):
+		default:
+		}
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// tailWriter keeps the last max bytes written to it, for error messages.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *tailWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, b...)
+	if over := len(w.buf) - w.max; over > 0 {
+		w.buf = w.buf[over:]
+	}
+	return len(b), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.TrimSpace(string(w.buf))
+}

@@ -1,0 +1,460 @@
+package busy
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/stormguard/stormguard/bench"
+)
+
+// Params size the scenarios of issue 19.
+type Params struct {
+	// 1. Healthy at capacity: payment burns CPU per request (CPUUnits,
+	// calibrated to CPU); CapCallers fixed-concurrency callers for
+	// CapLength, for each of CapVariants.
+	CPU         time.Duration
+	CPUUnits    int64
+	CapCallers  []int
+	CapVariants []CapVariant
+	CapLength   time.Duration
+	CapStacks   []string
+
+	// 2. Slow but healthy tiers: SlowVariants, SlowCallers, SlowLength.
+	SlowVariants []SlowVariant
+	SlowCallers  []int
+	SlowLength   time.Duration
+	SlowStacks   []string
+
+	// 3. Replicas: three payments behind round_robin, one of them bad;
+	// ReplicaCallers callers for ReplicaLength, each with ReplicaDeadline;
+	// slices of ReplicaSlice.
+	Replica         Work // a good replica
+	Replicas        []ReplicaVariant
+	ReplicaCallers  int
+	ReplicaLength   time.Duration
+	ReplicaDeadline time.Duration
+	ReplicaSlice    time.Duration
+	ReplicaStacks   []string
+
+	// 4. Real overload. Capacity: the goodput of retries off at its
+	// best of PoolCallers fixed concurrencies (CapacityLength per run,
+	// CapacityDeadline per request) with a worker-pool payment (Pool).
+	// Then open-loop arrivals at each of OverFactors x capacity for
+	// OverFor and OverAfterFraction x capacity for OverAfter, every
+	// request with OverDeadline, on OverStacks; "after" is the success
+	// of the requests started in the RecoveryWithin after the overload;
+	// slices of OverSlice. 4b: the same with a CPU-bound payment
+	// (CPUUnits) at CPUCallers, CPUFactors and CPUStacks (report only).
+	Pool              Work
+	PoolCallers       []int
+	OverFactors       []float64
+	OverStacks        []string
+	CPUCallers        []int
+	CPUFactors        []float64
+	CPUStacks         []string
+	CapacityLength    time.Duration
+	CapacityDeadline  time.Duration
+	OverFor           time.Duration
+	OverAfter         time.Duration
+	OverAfterFraction float64
+	OverDeadline      time.Duration
+	RecoveryWithin    time.Duration
+	OverSlice         time.Duration
+}
+
+// CapVariant is one table of scenario 1: payment's random failures and
+// the requests' deadline (0: none).
+type CapVariant struct {
+	Fail     float64
+	Deadline time.Duration
+}
+
+// SlowVariant is one table of scenario 2.
+type SlowVariant struct {
+	Name string
+	// Gateway, Order and Payment wait this long per request.
+	Gateway, Order, Payment time.Duration
+	Deadline                time.Duration // 0: none
+}
+
+// ReplicaVariant is one case of scenario 3: the bad replica's work.
+type ReplicaVariant struct {
+	Name string
+	Bad  Work
+}
+
+// peers are the best of the other stacks: go-grpc-middleware's retry,
+// grpc-go's built-in retry and failsafe-go's retry with its budget.
+var peers = []string{"ggm-retry", "grpc-retry", "failsafe-budget"}
+
+// withStacks lists none, the recommended stacks and the peers.
+func withStacks(health bool) []string {
+	s := []string{baseline, "recommended"}
+	if health {
+		s = append(s, "recommended-health")
+	}
+	return append(s, peers...)
+}
+
+// DefaultParams are the sizes of `make bench-busy`: every scenario of
+// issue 19 in about 25 minutes on 2 cores. The CPU-bound overload stops
+// at 2x: on 2 cores the open-loop generator, which shares them, cannot
+// send much more than that (it reports the rate it reached).
+var DefaultParams = Params{
+	CPU:        200 * time.Microsecond,
+	CapCallers: []int{8, 32, 128, 512},
+	CapVariants: []CapVariant{
+		{Fail: 0, Deadline: 0},
+		{Fail: 0, Deadline: 2 * time.Second},
+		{Fail: 0.01, Deadline: 2 * time.Second},
+		{Fail: 0.10, Deadline: 2 * time.Second},
+	},
+	CapLength: 1250 * time.Millisecond,
+	CapStacks: withStacks(true),
+
+	SlowVariants: []SlowVariant{
+		{Name: "gateway and order wait 30 ms", Gateway: 30 * time.Millisecond, Order: 30 * time.Millisecond, Deadline: 200 * time.Millisecond},
+		{Name: "gateway and order wait 30 ms", Gateway: 30 * time.Millisecond, Order: 30 * time.Millisecond},
+		{Name: "payment waits 20 ms", Payment: 20 * time.Millisecond, Deadline: 60 * time.Millisecond},
+		{Name: "payment waits 20 ms", Payment: 20 * time.Millisecond},
+	},
+	SlowCallers: []int{128, 512},
+	SlowLength:  1250 * time.Millisecond,
+	SlowStacks:  withStacks(false),
+
+	Replica: Work{Workers: 10, Hold: 2 * time.Millisecond},
+	Replicas: []ReplicaVariant{
+		{Name: "one alive but failing everything", Bad: Work{FailAll: true}},
+		{Name: "one waiting 10x longer per request (100 workers x 20 ms: same capacity)", Bad: Work{Workers: 100, Hold: 20 * time.Millisecond}},
+		{Name: "one at a fifth of the capacity (2 workers x 2 ms)", Bad: Work{Workers: 2, Hold: 2 * time.Millisecond}},
+	},
+	ReplicaCallers:  128,
+	ReplicaLength:   3 * time.Second,
+	ReplicaDeadline: time.Second,
+	ReplicaSlice:    500 * time.Millisecond,
+	ReplicaStacks:   withStacks(true),
+
+	Pool:              Work{Workers: 4, Hold: 5 * time.Millisecond},
+	PoolCallers:       []int{4, 8, 32},
+	OverFactors:       []float64{1.5, 2, 4, 8},
+	CPUCallers:        []int{32, 128},
+	CPUFactors:        []float64{1.5, 2},
+	OverFor:           5 * time.Second,
+	OverAfter:         1200 * time.Millisecond,
+	OverDeadline:      time.Second,
+	OverSlice:         time.Second,
+	CapacityLength:    2 * time.Second,
+	CapacityDeadline:  time.Second,
+	OverStacks:        withStacks(true),
+	CPUStacks:         withStacks(false),
+	RecoveryWithin:    time.Second,
+	OverAfterFraction: 0.5,
+}
+
+// Quick returns p cut down for a look in a few minutes: the smallest
+// and largest caller counts, one deadline variant each, shorter loads.
+func Quick(p Params) Params {
+	p.CapCallers = []int{32, 512}
+	p.CapVariants = []CapVariant{{Fail: 0, Deadline: 0}, {Fail: 0.10, Deadline: 2 * time.Second}}
+	p.CapLength = time.Second
+	p.SlowVariants = []SlowVariant{p.SlowVariants[0], p.SlowVariants[2]}
+	p.SlowCallers = []int{128}
+	p.SlowLength = time.Second
+	p.ReplicaLength = 2 * time.Second
+	p.PoolCallers = []int{8}
+	p.OverFactors = []float64{2, 8}
+	p.CPUCallers = []int{32}
+	p.CPUFactors = []float64{2}
+	p.OverFor = 2 * time.Second
+	p.OverAfter = 1500 * time.Millisecond
+	p.CapacityLength = time.Second
+	return p
+}
+
+// Scenarios are the scenario names, for the filter.
+var Scenarios = []string{"capacity", "slow", "replicas", "overload", "overload-cpu"}
+
+// Run runs the scenarios whose name matches only.
+func (h *Harness) Run(ctx context.Context, only *regexp.Regexp) error {
+	for _, sc := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"capacity", h.capacity},
+		{"slow", h.slow},
+		{"replicas", h.replicas},
+		{"overload", func(ctx context.Context) error { return h.overload(ctx, false) }},
+		{"overload-cpu", func(ctx context.Context) error { return h.overload(ctx, true) }},
+	} {
+		if only == nil || only.MatchString(sc.name) {
+			if err := sc.run(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fixed returns the drive of a fixed-concurrency run.
+func (h *Harness) fixed(callers int, length, deadline time.Duration) drive {
+	return func(ctx context.Context, c *Chain) (Result, error) {
+		return h.Load.Fixed(ctx, c.Addr(), callers, length, deadline)
+	}
+}
+
+// fixedHead is the head of the fixed-concurrency tables.
+var fixedHead = []string{"callers", "stack", "success", "goodput (ok/s): median (range)", "vs none", "p99", "p99 of successes", "refusals", "downs", "calls at payment / request"}
+
+func fixedRow(t *table, callers int, stack string, f, none Figures) {
+	t.row(callers, stack, pct2(f.Success), goodput(f), ratio(f.Goodput, none.Goodput),
+		ms(f.P99), ms(f.P99OK), refusals(f), downs(f), fmt.Sprintf("%.3f", f.PaymentPerRequest))
+}
+
+// capacity is scenario 1: a healthy chain at capacity, payment burning
+// CPU so that the machine is saturated.
+func (h *Harness) capacity(ctx context.Context) error {
+	p := h.Params
+	stacks := h.stacks(p.CapStacks)
+	fmt.Fprintf(h.Out, "## 1. Healthy at capacity\n\n"+
+		"Payment burns %v of CPU per request (%d units of busy loop, calibrated once); gateway and order forward. "+
+		"%s at a fixed concurrency (each caller sends its next request the moment an answer comes) for %v per run; "+
+		"each figure the median of %d interleaved runs.\n\n", p.CPU, p.CPUUnits, h.Load.Name(), p.CapLength, h.Runs)
+	for _, v := range p.CapVariants {
+		t := newTable(fixedHead...)
+		for _, n := range p.CapCallers {
+			name := fmt.Sprintf("capacity, fail %.0f %%, %s, %d callers", 100*v.Fail, deadline(v.Deadline), n)
+			spec := func(string) ChainSpec {
+				return ChainSpec{Payments: []Work{{CPU: p.CPUUnits, Fail: v.Fail}}}
+			}
+			runs, err := h.runCase(ctx, name, stacks, spec, h.fixed(n, p.CapLength, v.Deadline))
+			if err != nil {
+				return err
+			}
+			med := medianFigures(runs, 0, 0)
+			for _, s := range stacks {
+				fixedRow(t, n, s, med[s], med[baseline])
+			}
+		}
+		state := "healthy"
+		if v.Fail > 0 {
+			state = fmt.Sprintf("payment fails %.0f %% at random (UNAVAILABLE)", 100*v.Fail)
+		}
+		fmt.Fprintf(h.Out, "### 1. At capacity: %s, %s\n\n", state, deadline(v.Deadline))
+		t.write(h.Out)
+	}
+	return nil
+}
+
+// slow is scenario 2: slow but healthy tiers (waiting, not CPU).
+func (h *Harness) slow(ctx context.Context) error {
+	p := h.Params
+	stacks := h.stacks(p.SlowStacks)
+	fmt.Fprintf(h.Out, "## 2. Slow but healthy\n\n"+
+		"Tiers wait (sleep) per request; nothing fails. %s at a fixed concurrency for %v per run; median of %d interleaved runs.\n\n",
+		h.Load.Name(), p.SlowLength, h.Runs)
+	for _, v := range p.SlowVariants {
+		t := newTable(fixedHead...)
+		for _, n := range p.SlowCallers {
+			name := fmt.Sprintf("slow, %s, %s, %d callers", v.Name, deadline(v.Deadline), n)
+			spec := func(string) ChainSpec {
+				return ChainSpec{Gateway: Work{Wait: v.Gateway}, Order: Work{Wait: v.Order}, Payments: []Work{{Wait: v.Payment}}}
+			}
+			runs, err := h.runCase(ctx, name, stacks, spec, h.fixed(n, p.SlowLength, v.Deadline))
+			if err != nil {
+				return err
+			}
+			med := medianFigures(runs, 0, 0)
+			for _, s := range stacks {
+				fixedRow(t, n, s, med[s], med[baseline])
+			}
+		}
+		fmt.Fprintf(h.Out, "### 2. Slow: %s, %s\n\n", v.Name, deadline(v.Deadline))
+		t.write(h.Out)
+	}
+	return nil
+}
+
+// replicas is scenario 3: payment as three replicas behind round_robin,
+// one of them bad.
+func (h *Harness) replicas(ctx context.Context) error {
+	p := h.Params
+	stacks := h.stacks(p.ReplicaStacks)
+	fmt.Fprintf(h.Out, "## 3. Replicas\n\n"+
+		"Payment as 3 processes behind order's round_robin; a good replica serves from %d workers holding one for %v each. "+
+		"%s, %d callers at a fixed concurrency for %v per run, %s; median of %d interleaved runs. "+
+		"\"After 1 s\": the requests that started after the first second. \"Bad replica\": its share of the calls that reached payment.\n\n",
+		p.Replica.Workers, p.Replica.Hold, h.Load.Name(), p.ReplicaCallers, p.ReplicaLength, deadline(p.ReplicaDeadline), h.Runs)
+	for _, v := range p.Replicas {
+		name := "replicas, " + v.Name
+		spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{v.Bad, p.Replica, p.Replica}} }
+		runs, err := h.runCase(ctx, name, stacks, spec, h.fixed(p.ReplicaCallers, p.ReplicaLength, p.ReplicaDeadline))
+		if err != nil {
+			return err
+		}
+		all := medianFigures(runs, 0, 0)
+		after := medianFigures(runs, time.Second, 0)
+		t := newTable("stack", "success", "after 1 s", "goodput (ok/s): median (range)", "vs none", "p99", "refusals", "downs", "calls at payment / request", "bad replica")
+		for _, s := range stacks {
+			f := all[s]
+			t.row(s, pct2(f.Success), pct2(after[s].Success), goodput(f), ratio(f.Goodput, all[baseline].Goodput),
+				ms(f.P99), refusals(f), downs(f), fmt.Sprintf("%.3f", f.PaymentPerRequest), pct(badShare(runs[s])))
+		}
+		fmt.Fprintf(h.Out, "### 3. Replicas: %s\n\n", v.Name)
+		t.write(h.Out)
+		h.sliceTable(stacks, medianSlicesOf(runs, p.ReplicaSlice), p.ReplicaSlice, 0, "success", func(sl Slice) string { return pct(sl.Success) })
+	}
+	return nil
+}
+
+// badShare returns the median over runs of the bad replica's (the
+// first's) share of the calls at payment.
+func badShare(runs []Run) float64 {
+	var v []float64
+	for _, r := range runs {
+		var all int64
+		pays := r.Counts.Payment()
+		for _, c := range pays {
+			all += c.Received
+		}
+		if all > 0 {
+			v = append(v, float64(pays[0].Received)/float64(all))
+		}
+	}
+	if len(v) == 0 {
+		return -1
+	}
+	return medianOf(v)
+}
+
+// sliceTable prints one row per stack, one column per slice, cell(slice)
+// in each.
+func (h *Harness) sliceTable(stacks []string, sl map[string][]Slice, width, mark time.Duration, what string, cell func(Slice) string) {
+	head := []string{"stack"}
+	for _, x := range sl[baseline] {
+		label := fmt.Sprintf("%v-%v", x.From.Round(time.Millisecond), (x.From + width).Round(time.Millisecond))
+		if mark > 0 && x.From == mark {
+			label += " (after)"
+		}
+		head = append(head, label)
+	}
+	t := newTable(head...)
+	for _, s := range stacks {
+		r := []any{s}
+		for _, x := range sl[s] {
+			r = append(r, cell(x))
+		}
+		t.row(r...)
+	}
+	fmt.Fprintf(h.Out, "Per slice of %v (success by request start, goodput by answer), %s:\n\n", width, what)
+	t.write(h.Out)
+}
+
+// overload is scenario 4: open-loop arrivals beyond the chain's
+// capacity, then below it. cpu: payment burns CPU instead of waiting
+// for a worker (report only: 2 cores bound what any shedder can keep).
+func (h *Harness) overload(ctx context.Context, cpu bool) error {
+	p := h.Params
+	stacks := h.stacks(p.OverStacks)
+	pay, callers, factors := p.Pool, p.PoolCallers, p.OverFactors
+	title := fmt.Sprintf("## 4. Real overload: worker-pool payment (%d workers, each request holds one for %v)\n\n", p.Pool.Workers, p.Pool.Hold)
+	if cpu {
+		pay, callers, factors = Work{CPU: p.CPUUnits}, p.CPUCallers, p.CPUFactors
+		stacks = h.stacks(p.CPUStacks)
+		title = fmt.Sprintf("## 4b. Real overload, CPU-bound payment (%v of CPU per request; report only)\n\n", p.CPU)
+	}
+	spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{pay}} }
+	fmt.Fprint(h.Out, title)
+
+	capacity, err := h.capacityOf(ctx, spec, callers)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(h.Out, "Open-loop arrivals (independent of answers, the project's own generator) at each factor of capacity for %v, then %.1fx for %v; every request %s. "+
+		"Overload figures are over the requests that started in the overload; \"after\" over those that started in the first %v after it; median of %d interleaved runs.\n\n",
+		p.OverFor, p.OverAfterFraction, p.OverAfter, deadline(p.OverDeadline), p.RecoveryWithin, h.Runs)
+	t := newTable("factor", "stack", "asked (req/s)", "reached (req/s)", "success", "goodput / capacity: median (range)", "p99 of successes", "success after", "refusals", "downs", "calls at payment / request")
+	var slices []func()
+	for _, fct := range factors {
+		phases := []Phase{{Rate: fct * capacity, For: p.OverFor}, {Rate: p.OverAfterFraction * capacity, For: p.OverAfter}}
+		d := func(ctx context.Context, c *Chain) (Result, error) {
+			return OpenLoop(ctx, c.Addr(), phases, p.OverDeadline, h.OpenConns)
+		}
+		name := fmt.Sprintf("overload%s %.1fx", map[bool]string{true: "-cpu"}[cpu], fct)
+		runs, err := h.runCase(ctx, name, stacks, spec, d)
+		if err != nil {
+			return err
+		}
+		over := medianFigures(runs, 0, p.OverFor)
+		after := medianFigures(runs, p.OverFor, p.OverFor+p.RecoveryWithin)
+		for _, s := range stacks {
+			f := over[s]
+			t.row(fmt.Sprintf("%.1fx", fct), s, rate(phases[0].Rate), rate(reached(runs[s])), pct2(f.Success),
+				ratioRange(f, capacity), ms(f.P99OK), pct2(after[s].Success), refusals(f), downs(f), fmt.Sprintf("%.3f", f.PaymentPerRequest))
+		}
+		sl := medianSlicesOf(runs, p.OverSlice)
+		slices = append(slices, func() {
+			fmt.Fprintf(h.Out, "%.1fx: ", fct)
+			h.sliceTable(stacks, sl, p.OverSlice, p.OverFor, "success and goodput / capacity", func(x Slice) string {
+				return fmt.Sprintf("%s, %s", pct(x.Success), ratio(x.Goodput, capacity))
+			})
+		})
+	}
+	t.write(h.Out)
+	for _, f := range slices {
+		f()
+	}
+	return nil
+}
+
+// capacityOf measures the chain's capacity for overload: the goodput of
+// retries off at its best of the fixed concurrencies callers, in this
+// run; it prints how it got there.
+func (h *Harness) capacityOf(ctx context.Context, spec func(string) ChainSpec, callers []int) (float64, error) {
+	p := h.Params
+	t := newTable("callers", "goodput (ok/s): median (range)", "success", "p99")
+	capacity := 0.0
+	for _, n := range callers {
+		runs, err := h.runCase(ctx, fmt.Sprintf("overload capacity, %d callers", n), []string{baseline}, spec, h.fixed(n, p.CapacityLength, p.CapacityDeadline))
+		if err != nil {
+			return 0, err
+		}
+		f := medianFigures(runs, 0, 0)[baseline]
+		capacity = max(capacity, f.Goodput)
+		t.row(n, goodput(f), pct2(f.Success), ms(f.P99))
+	}
+	if capacity <= 0 {
+		return 0, fmt.Errorf("overload: no goodput at any of %v callers: no capacity to scale", callers)
+	}
+	fmt.Fprintf(h.Out, "Capacity: the goodput of retries off (none) at its best fixed concurrency (%s, %s, %v per run, median of %d): **%.0f ok/s**.\n\n",
+		h.Load.Name(), deadline(p.CapacityDeadline), p.CapacityLength, h.Runs, capacity)
+	t.write(h.Out)
+	return capacity, nil
+}
+
+// reached returns the median over runs of the overload phase's arrival
+// rate reached.
+func reached(runs []Run) float64 {
+	var v []float64
+	for _, r := range runs {
+		if len(r.Phases) > 0 {
+			v = append(v, r.Phases[0].Reached)
+		}
+	}
+	return medianOf(v)
+}
+
+// Describe prints the stacks a run measures, for the head of the output.
+func (h *Harness) Describe() {
+	desc := map[string]string{}
+	for _, s := range bench.Stacks() {
+		desc[s.Name] = s.Desc
+	}
+	fmt.Fprintf(h.Out, "Stacks (on every tier, client and server side):\n\n")
+	for _, s := range h.stacks(withStacks(true)) {
+		fmt.Fprintf(h.Out, "- `%s`: %s\n", s, desc[s])
+	}
+	fmt.Fprintln(h.Out)
+}

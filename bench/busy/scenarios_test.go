@@ -1,0 +1,198 @@
+package busy
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The scenario tests run one short case of each scenario class on real
+// tier processes (this test binary, see TestMain) with the project's own
+// fixed-concurrency load, and check the harness, not the library: the
+// processes start, every process's counters are collected, the tables
+// render, and none (retries off) has zero refusals and downs. The
+// library's targets (issue 19) are not asserted here.
+
+// testParams are tiny scenarios: one caller count, one variant, loads of
+// half a second to a second, every request with a deadline.
+func testParams(t *testing.T) Params {
+	t.Helper()
+	units, err := Calibrate(50 * time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Params{
+		CPU: 50 * time.Microsecond, CPUUnits: units,
+		CapCallers:  []int{8},
+		CapVariants: []CapVariant{{Fail: 0.1, Deadline: 5 * time.Second}},
+		CapLength:   time.Second,
+		CapStacks:   []string{baseline, "recommended"},
+
+		SlowVariants: []SlowVariant{{Name: "payment waits 5 ms", Payment: 5 * time.Millisecond, Deadline: 5 * time.Second}},
+		SlowCallers:  []int{16},
+		SlowLength:   500 * time.Millisecond,
+		SlowStacks:   []string{baseline, "recommended"},
+
+		Replica:         Work{Workers: 4, Hold: time.Millisecond},
+		Replicas:        []ReplicaVariant{{Name: "one failing everything", Bad: Work{FailAll: true}}},
+		ReplicaCallers:  8,
+		ReplicaLength:   time.Second,
+		ReplicaDeadline: 5 * time.Second,
+		ReplicaSlice:    500 * time.Millisecond,
+		ReplicaStacks:   []string{baseline, "recommended-health"},
+
+		Pool:              Work{Workers: 2, Hold: 5 * time.Millisecond},
+		PoolCallers:       []int{4},
+		OverFactors:       []float64{2},
+		OverFor:           time.Second,
+		OverAfter:         500 * time.Millisecond,
+		OverDeadline:      time.Second,
+		OverSlice:         500 * time.Millisecond,
+		CapacityLength:    500 * time.Millisecond,
+		CapacityDeadline:  5 * time.Second,
+		OverStacks:        []string{baseline, "recommended"},
+		CPUStacks:         []string{baseline},
+		RecoveryWithin:    500 * time.Millisecond,
+		OverAfterFraction: 0.5,
+	}
+}
+
+// runScenario runs the scenarios matching only and returns the output
+// and the runs of each case.
+func runScenario(t *testing.T, only string) (string, map[string]map[string][]Run) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cases := map[string]map[string][]Run{}
+	h := &Harness{
+		Launcher: testLauncher(t),
+		Load:     GoLoad{},
+		Runs:     1,
+		Params:   testParams(t),
+		Seed:     1,
+		Out:      &out,
+		OnCase:   func(name string, runs map[string][]Run) { cases[name] = runs },
+	}
+	if err := h.Run(ctx, regexp.MustCompile(only)); err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) == 0 {
+		t.Fatal("no case ran")
+	}
+	return out.String(), cases
+}
+
+// checkRun checks what holds for every run of the harness: every process
+// was counted, every request reached the gateway, the stormguard stacks
+// were observed, and none refused nothing.
+func checkRun(t *testing.T, name string, r Run, payments int) {
+	t.Helper()
+	if len(r.Samples) == 0 {
+		t.Fatalf("%s, %s: no requests", name, r.Stack)
+	}
+	if got := len(r.Counts.Tiers); got != payments+2 {
+		t.Fatalf("%s, %s: counts of %d processes, want %d", name, r.Stack, got, payments+2)
+	}
+	// A request whose deadline ends before it is sent never reaches the
+	// gateway; on loopback with deadlines of a second or more, hardly any.
+	gw := r.Counts.Tiers[len(r.Counts.Tiers)-1]
+	if n := int64(len(r.Samples)); gw.Tier != "gateway" || gw.Received > n || gw.Received < n*99/100 {
+		t.Errorf("%s, %s: %s received %d calls for %d requests, want gateway and one each", name, r.Stack, gw.Tier, gw.Received, n)
+	}
+	for _, c := range r.Counts.Tiers {
+		if c.Stormguard != (r.Stack != baseline) {
+			t.Errorf("%s, %s: %s observed: %v", name, r.Stack, c.Tier, c.Stormguard)
+		}
+	}
+	tot := r.Counts.Total()
+	if r.Stack == baseline && (tot.Refusals() != 0 || tot.Downs() != 0 || tot.Retries != 0) {
+		t.Errorf("%s, none: %d refusals, %d downs, %d retries; want none", name, tot.Refusals(), tot.Downs(), tot.Retries)
+	}
+}
+
+// checkTables checks that every heading has a table under it and that
+// none's rows show zero refusals and downs.
+func checkTables(t *testing.T, out string, tables int) {
+	t.Helper()
+	if got := strings.Count(out, "\n|---|"); got != tables {
+		t.Errorf("%d tables, want %d:\n%s", got, tables, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "| none |") && strings.Contains(line, "n/a") {
+			t.Errorf("none's refusals or downs not shown: %s", line)
+		}
+	}
+}
+
+func TestScenarioCapacity(t *testing.T) {
+	out, cases := runScenario(t, "^capacity$")
+	for name, runs := range cases {
+		for _, rs := range runs {
+			for _, r := range rs {
+				checkRun(t, name, r, 1)
+			}
+		}
+	}
+	checkTables(t, out, 1)
+}
+
+func TestScenarioSlow(t *testing.T) {
+	out, cases := runScenario(t, "^slow$")
+	for name, runs := range cases {
+		for _, rs := range runs {
+			for _, r := range rs {
+				checkRun(t, name, r, 1)
+			}
+		}
+	}
+	checkTables(t, out, 1)
+}
+
+// TestScenarioReplicas: besides the harness's checks, order sends
+// round_robin over the three payment processes: with retries off each
+// gets a third of the calls.
+func TestScenarioReplicas(t *testing.T) {
+	out, cases := runScenario(t, "^replicas$")
+	for name, runs := range cases {
+		for _, rs := range runs {
+			for _, r := range rs {
+				checkRun(t, name, r, 3)
+				for i, p := range r.Counts.Payment() {
+					if p.Received == 0 {
+						t.Errorf("%s, %s: payment %d received nothing", name, r.Stack, i+1)
+					}
+				}
+			}
+		}
+		if share := badShare(runs[baseline]); math.Abs(share-1.0/3) > 0.02 {
+			t.Errorf("%s, none: the first replica had %.3f of the calls, want a third (round_robin)", name, share)
+		}
+	}
+	checkTables(t, out, 2) // the case and its slices
+}
+
+func TestScenarioOverload(t *testing.T) {
+	out, cases := runScenario(t, "^overload$")
+	if len(cases) != 2 {
+		t.Fatalf("cases %v, want the capacity and one factor", len(cases))
+	}
+	for name, runs := range cases {
+		for _, rs := range runs {
+			for _, r := range rs {
+				checkRun(t, name, r, 1)
+				if strings.HasPrefix(name, "overload capacity") {
+					continue
+				}
+				if len(r.Phases) != 2 || r.Phases[0].Reached <= 0 {
+					t.Errorf("%s, %s: phases %+v, want two with arrivals", name, r.Stack, r.Phases)
+				}
+			}
+		}
+	}
+	checkTables(t, out, 3) // capacity, the factors, the slices of one
+}

@@ -1,0 +1,206 @@
+package busy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/interceptor"
+)
+
+func TestWorkArgsRoundTrip(t *testing.T) {
+	for _, w := range []Work{
+		{},
+		{FailAll: true},
+		{Fail: 0.01, Wait: 30 * time.Millisecond},
+		{Workers: 4, Hold: 5 * time.Millisecond, CPU: 1234},
+	} {
+		f, err := parseTierFlags(append([]string{"--tier", "payment"}, w.Args()...), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%+v: %v", w, err)
+		}
+		if f.work != w {
+			t.Errorf("flags of %+v parsed as %+v", w, f.work)
+		}
+	}
+}
+
+func TestTierFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tier", "db"}, "want one of"},
+		{[]string{"--tier", "order"}, "needs --next"},
+		{[]string{"--tier", "payment", "--next", "127.0.0.1:1"}, "takes no --next"},
+		{[]string{"--tier", "payment", "--fail", "2"}, "probability"},
+		{[]string{"--tier", "payment", "--fail", "NaN"}, "probability"},
+		{[]string{"--tier", "payment", "--workers", "4"}, "needs both"},
+		{[]string{"--tier", "payment", "--wait", "-1s"}, ">= 0"},
+		{[]string{"--tier", "payment", "--cpu", "1ms", "--cpu-units", "5"}, "give one"},
+		{[]string{"--tier", "payment", "--listen", "0.0.0.0:0"}, "loopback"},
+		{[]string{"--tier", "order", "--next", "10.0.0.1:80"}, "loopback"},
+		{[]string{"--tier", "payment", "extra"}, "unexpected argument"},
+		{[]string{"--tier", "payment", "--bogus"}, "not defined"},
+	} {
+		_, err := parseTierFlags(tc.args, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+	// ServeTier reports a bad stack before it listens.
+	err := ServeTier(context.Background(), []string{"--tier", "payment", "--stack", "nope"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "want one of") {
+		t.Errorf("unknown stack: got %v", err)
+	}
+}
+
+func TestWorkerFailures(t *testing.T) {
+	ctx := context.Background()
+	if err := newWorker(Work{FailAll: true}, 1).do(ctx); status.Code(err) != codes.Unavailable {
+		t.Errorf("FailAll: got %v, want Unavailable", err)
+	}
+	if err := newWorker(Work{Fail: 1}, 1).do(ctx); status.Code(err) != codes.Unavailable {
+		t.Errorf("Fail 1: got %v, want Unavailable", err)
+	}
+	k := newWorker(Work{Fail: 0.5}, 7)
+	failed := 0
+	for range 1000 {
+		if k.do(ctx) != nil {
+			failed++
+		}
+	}
+	if failed < 400 || failed > 600 {
+		t.Errorf("Fail 0.5: %d of 1000 failed", failed)
+	}
+}
+
+// TestWorkerPoolWaitEndsWithCaller: a request waiting for a busy worker
+// leaves the queue when its caller does; once the worker is free, the
+// next one is served.
+func TestWorkerPoolWaitEndsWithCaller(t *testing.T) {
+	k := newWorker(Work{Workers: 1, Hold: time.Millisecond}, 1)
+	k.slots <- struct{}{} // the only worker is busy
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := k.do(ctx); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("waiting past the deadline: got %v, want DeadlineExceeded", err)
+	}
+	<-k.slots
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := k.do(ctx2); err != nil {
+		t.Fatalf("with the worker free: %v", err)
+	}
+	if n := len(k.slots); n != 0 {
+		t.Fatalf("%d workers still held after the request", n)
+	}
+}
+
+func TestWaitEndsWithCaller(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := newWorker(Work{Wait: time.Hour}, 1).do(ctx); status.Code(err) != codes.Canceled {
+		t.Fatalf("got %v, want Canceled at once", err)
+	}
+}
+
+func TestCalibrate(t *testing.T) {
+	n, err := Calibrate(100 * time.Microsecond)
+	if err != nil || n <= 0 {
+		t.Fatalf("Calibrate: %d, %v", n, err)
+	}
+	if _, err := Calibrate(0); err == nil {
+		t.Error("Calibrate(0): no error")
+	}
+	if a, b := spin(5), spin(5); a != b || a == spin(6) {
+		t.Error("spin is not a function of its work")
+	}
+}
+
+func TestCountsRefusals(t *testing.T) {
+	c := Counts{
+		Admission: map[string]int64{"limit": 5, "deadline": 2},
+		Throttled: 3,
+		RetryRefused: map[string]int64{
+			interceptor.StopThrottled.String(): 4, // 3 of them the throttled attempts above
+			interceptor.StopBudget.String():    6,
+			interceptor.StopAttempts.String():  100, // not a refusal
+		},
+		TargetDown: 1, NotServing: 2,
+	}
+	if got := c.RetryDenied(); got != 7 {
+		t.Errorf("RetryDenied: got %d, want 6 budget + 1 throttle", got)
+	}
+	if got := c.Refusals(); got != 7+3+7 {
+		t.Errorf("Refusals: got %d, want 17", got)
+	}
+	if got := c.Downs(); got != 3 {
+		t.Errorf("Downs: got %d, want 3", got)
+	}
+	d := c.Add(c).Sub(c)
+	if d.Refusals() != c.Refusals() || d.Downs() != c.Downs() || d.Admission["limit"] != 5 {
+		t.Errorf("Add then Sub: got %+v, want %+v", d, c)
+	}
+	if z := c.Sub(c); z.Refusals() != 0 || z.Admission != nil {
+		t.Errorf("c - c: got %+v, want zero", z)
+	}
+}
+
+// TestCounterObserves: the observer counts each kind of event the
+// figures use, by reason.
+func TestCounterObserves(t *testing.T) {
+	var c counter
+	ctx := context.Background()
+	for _, e := range []interceptor.Event{
+		{Kind: interceptor.EventAdmissionRefused, Admission: interceptor.AdmissionLimit},
+		{Kind: interceptor.EventThrottled},
+		{Kind: interceptor.EventRetryRefused, Reason: interceptor.StopThrottled},
+		{Kind: interceptor.EventRetryRefused, Reason: interceptor.StopBudget},
+		{Kind: interceptor.EventRetryScheduled},
+		{Kind: interceptor.EventTargetDown},
+		{Kind: interceptor.EventNotServing},
+		{Kind: interceptor.EventAttemptStart}, // not counted
+	} {
+		c.Observe(ctx, e)
+	}
+	var got Counts
+	c.fill(&got)
+	if got.AdmissionRefused() != 1 || got.Throttled != 1 || got.RetryDenied() != 1 || got.Refusals() != 3 ||
+		got.Retries != 1 || got.Downs() != 2 {
+		t.Errorf("counted %+v", got)
+	}
+}
+
+func TestLineWriter(t *testing.T) {
+	w := newLineWriter()
+	for _, b := range []string{"sta", "ts http://x\nlisten", "ing 127.0.0.1:1\n"} {
+		if _, err := w.Write([]byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []string{"stats http://x", "listening 127.0.0.1:1"} {
+		if got := <-w.c; got != want {
+			t.Errorf("line: got %q, want %q", got, want)
+		}
+	}
+}
+
+func TestLauncherReportsAFailedStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := testLauncher(t).Start(ctx, "payment", "--tier", "payment", "--fail", "7")
+	if err == nil || !strings.Contains(err.Error(), "probability") {
+		t.Fatalf("got %v, want the tier's own error", err)
+	}
+	var ee interface{ ExitCode() int }
+	if errors.As(err, &ee) && ee.ExitCode() == 0 {
+		t.Errorf("exit code 0 for a bad flag")
+	}
+}
