@@ -26,9 +26,12 @@
 // cannot tell them from a healthy server at capacity or from a tier that
 // waits on a slow dependency, and refused most of their traffic.
 //
-// A refused closed loop sends again at once, so that its refused arrivals
-// exceed its completions and it looks overloaded for good; a probe tells
-// it from an open loop (see Limiter).
+// A closed loop that is still ramping up (a load test starting its
+// callers) looks like the start of an overload: a suspect server queues
+// rather than refuses until the arrivals have exceeded the completions
+// for long enough. A refused closed loop sends again at once, so that its
+// refused arrivals exceed its completions and it looks overloaded for
+// good; a probe tells it from an open loop (see Limiter).
 //
 // Config.MaxInFlight adds a fixed cap, with an optional short queue
 // (Config.QueueSize; Limiter.Wait: CoDel-style timeouts, and the newest

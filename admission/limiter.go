@@ -29,13 +29,10 @@ const (
 
 // The constants of the overload rule (see Limiter).
 const (
-	// growthWindows windows in a row whose admitted arrivals exceed the
-	// completions by growthShare (plus growthMargin requests) start the
-	// overload: a step of arrivals (a load test that starts, callers
-	// coming back after an outage) fills one window, not three.
-	growthWindows = 3
-	growthShare   = 0.1
-	growthMargin  = 2
+	// A window whose arrivals exceed its completions by growthShare
+	// (plus growthMargin requests) makes the server suspect (suspect.go).
+	growthShare  = 0.1
+	growthMargin = 2
 	// calmWindows windows in a row whose arrivals, refused ones included,
 	// do not exceed the completions end it.
 	calmWindows = 2
@@ -54,7 +51,7 @@ const (
 	minSamples = 4
 	// baseDrift bounds how far the base follows the server's latency
 	// while it is overloaded (see followService).
-	baseDrift = 4
+	baseDrift = 8
 	// probeEvery windows of overload, a probe tells a closed loop from an
 	// open one (see Limiter); probeWindows is its length (longer at low
 	// rates: probeArrivals), its second half measured; closedRatio is the
@@ -221,31 +218,37 @@ func (c *Config) resolve() error {
 // its callers back at once. Nor is a server whose latency is its
 // dependency's, or that of its own retries: latency is not load.
 //
-// Overload starts when, for 3 windows in a row (Config.Window, 10 ms),
-// the admitted arrivals exceed the completions by a tenth, and the
-// requests in flight exceed the most in flight over the last 128
-// windows: a step of arrivals (callers starting at once, callers back
-// after an outage) fills one window, and a closed loop never exceeds
-// its own number of callers. While overloaded, the server expects a new
-// request to need
+// When a window's arrivals exceed its completions by a tenth, and the
+// requests in flight exceed the most in flight over the last 128 windows
+// (a closed loop never exceeds its own number of callers) and would wait
+// past the target, the server is suspect: it refuses nothing, but a
+// request beyond the concurrency its throughput needs waits in Wait,
+// newest first, until a completion admits it (see suspect.go: a closed
+// loop of callers that is still ramping up looks exactly like the start
+// of an overload, and is calm again within a few windows). When the
+// arrivals still exceed the completions after 10 windows, or twice the
+// latency expected when it became suspect if longer, the server is
+// overloaded, and the waiters are refused. While overloaded, the server
+// expects a new request to need
 //
 //	expected = (in flight + 1) x (time per completion over the last 4 windows)
 //
 // (Little's law, for a server that serves in order or shares its CPU),
 // and admits it when expected <= base + Target x share of its class,
 // where base is the lowest mean latency of successful requests over the
-// last 128 windows before the overload, and, when the request has a
-// deadline, expected <= its remaining time. Retries go first (Class).
-// Overload ends after 2 windows in a row in which arrivals, refused ones
-// included, did not exceed completions.
+// last 128 windows before the overload (followed up to 8 times while
+// overloaded, for a server that became slower rather than queued), and,
+// when the request has a deadline, expected <= its remaining time.
+// Retries go first (Class). Overload ends after 2 windows in a row in
+// which arrivals, refused ones included, did not exceed completions.
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
 // arrivals exceed completions forever. Every 50 windows of overload,
-// Wait holds the requests it refuses for 2 windows before it answers:
-// a closed loop's callers then wait, and its arrivals fall by half or
-// more in the second window, while an open loop's do not. A fall ends
-// the overload.
+// Wait holds the requests it refuses for a while (two windows, or long
+// enough to expect 32 arrivals) before it answers: a closed loop's
+// callers then wait, and its arrivals fall by half or more in the second
+// half, while an open loop's do not. A fall ends the overload.
 //
 // With Config.MaxInFlight, a fixed cap applies too, and Config.QueueSize
 // lets a request that meets it wait for a slot (see Wait).
@@ -269,23 +272,28 @@ type Limiter struct {
 	// since New are inflight + completions (Measured and Failed), so
 	// that Acquire changes one counter: a request released Ignored is
 	// then neither an arrival nor a completion.
-	inflight atomic.Int64
-	latSum   atomic.Int64 // nanoseconds of Measured latencies, since New
-	latN     atomic.Int64 // Measured completions, since New
-	_        [40]byte
-	failed   atomic.Int64 // Failed completions, since New
-	refused  atomic.Int64 // refused by the overload and deadline rules, since New
+	inflight  atomic.Int64
+	latSum    atomic.Int64 // nanoseconds of Measured latencies, since New
+	latN      atomic.Int64 // Measured completions, since New
+	_         [40]byte
+	failed    atomic.Int64 // Failed completions, since New
+	refused   atomic.Int64 // refused by the overload and deadline rules, since New
+	entered   atomic.Int64 // requests that waited while the server was suspect, since New
+	fromQueue atomic.Int64 // of those, admitted from the wait, since New
 	// Read by every request, written once per window.
 	winEnd     atomic.Int64 // nanoseconds since origin
 	overloaded atomic.Bool
+	suspect    atomic.Bool // arrivals exceed completions: wait beyond suspectCap (suspect.go)
+	suspectCap atomic.Int64
 	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
 	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
-	least      atomic.Int64                  // while overloaded: the least Measured latency of the window; 0: none
+	least      atomic.Int64                  // the least Measured latency of the window; 0: none
 	waitingN   atomic.Int64                  // requests in the queue or about to enter it
 	rejected   [numReasons]atomic.Int64
 
-	q queue
+	q  queue
+	sq suspectQueue
 
 	mu sync.Mutex
 	// Guarded by mu.
@@ -302,16 +310,22 @@ type Limiter struct {
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
 	probeRate  float64 // offered arrivals per nanosecond before the probe
+	suspectFor int64   // windows since the server became suspect
+	suspectMax int64   // windows it may stay suspect before it is overloaded
 }
 
-// snapshot is the cumulative counters at one time.
+// snapshot is the cumulative counters at one time. arrived counts the
+// arrivals that were not refused: admitted at once, or queued while the
+// server was suspect (those admitted from the queue later are not
+// arrivals again).
 type snapshot struct {
 	arrived, refused, done, latSum, latN int64
 }
 
 func (l *Limiter) counters() snapshot {
 	n, f := l.latN.Load(), l.failed.Load()
-	return snapshot{l.inflight.Load() + n + f, l.refused.Load(), n + f, l.latSum.Load(), n}
+	admitted := l.inflight.Load() + n + f
+	return snapshot{admitted - l.fromQueue.Load() + l.entered.Load(), l.refused.Load(), n + f, l.latSum.Load(), n}
 }
 
 // window is what one window saw.
@@ -319,7 +333,7 @@ type window struct {
 	dur                    int64
 	arrived, refused, done int64
 	mean                   int64 // of Measured latencies; 0 with fewer than minSamples
-	least                  int64 // while overloaded: the least Measured latency; 0: none
+	least                  int64 // the least Measured latency; 0: none
 	inflight               int64 // at its end
 	over                   bool  // the server was overloaded during it
 }
@@ -436,14 +450,26 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	if at >= l.winEnd.Load() {
 		l.roll(at)
 	}
-	if l.overloaded.Load() {
-		if err := l.overload(c, deadline, l.wall(at)); err != nil {
-			l.refused.Add(1)
+	for {
+		p, w, err := l.gate(queue, c, deadline, at)
+		if err != nil {
 			if queue {
 				l.holdRefusal(ctx)
 			}
 			return Permit{}, err
 		}
+		if p.l != nil {
+			return p, nil
+		}
+		if w == nil {
+			break
+		}
+		if p, err, settled := l.await(ctx, w); settled {
+			return p, err
+		}
+		// The wait ended undecided (the server is overloaded, or no
+		// longer suspect): decide as a new arrival.
+		at = l.now()
 	}
 	if l.capAll == 0 {
 		l.inflight.Add(1)
@@ -459,6 +485,22 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 		}
 	}
 	return l.enqueue(ctx, queue, c, deadline, at, l.wall(at))
+}
+
+// gate applies the overload rule and the suspect phase to a request of
+// class c arriving at at: it refuses it (err), admits it (p), parks it
+// (w, with wait: see suspectWait) or passes it on to the cap (none).
+func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Permit, w *suspectWaiter, err error) {
+	switch {
+	case l.overloaded.Load():
+		if err := l.overload(c, deadline, l.wall(at)); err != nil {
+			l.refused.Add(1)
+			return Permit{}, nil, err
+		}
+	case wait && l.suspect.Load():
+		return l.suspectEnter(at)
+	}
+	return Permit{}, nil, nil
 }
 
 // overload applies the overload rule to a request of class c: nil to
@@ -547,11 +589,9 @@ func (p Permit) Release(o Outcome) {
 			rtt := max(at-p.start, 0)
 			l.latSum.Add(rtt)
 			l.latN.Add(1)
-			if l.overloaded.Load() {
-				for least := l.least.Load(); least == 0 || rtt < least; least = l.least.Load() {
-					if l.least.CompareAndSwap(least, max(rtt, 1)) {
-						break
-					}
+			for least := l.least.Load(); least == 0 || rtt < least; least = l.least.Load() {
+				if l.least.CompareAndSwap(least, max(rtt, 1)) {
+					break
 				}
 			}
 		} else {
@@ -560,6 +600,9 @@ func (p Permit) Release(o Outcome) {
 		if at >= l.winEnd.Load() {
 			l.roll(at)
 		}
+	}
+	if l.suspect.Load() {
+		l.dispatchSuspect()
 	}
 	if l.cfg.QueueSize > 0 && l.waiting() > 0 {
 		l.dispatch()
@@ -597,9 +640,12 @@ func (l *Limiter) roll(at int64) {
 	l.last, l.winStart = cur, at
 	l.winEnd.Store(at + w)
 	l.perDone.Store(l.timePerDone())
-	if l.overloaded.Load() {
+	switch {
+	case l.overloaded.Load():
 		l.whileOverloaded(win, at)
-	} else {
+	case l.suspect.Load():
+		l.whileSuspect(win)
+	default:
 		l.whileNot(win)
 	}
 }
@@ -645,7 +691,7 @@ func (l *Limiter) whileNot(win window) {
 	} else {
 		l.growthRun = 0
 	}
-	if l.growthRun < growthWindows {
+	if l.growthRun < 1 {
 		return
 	}
 	// The growth must go past the most in flight before it began.
@@ -657,8 +703,7 @@ func (l *Limiter) whileNot(win window) {
 	if win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
 		return
 	}
-	l.overloaded.Store(true)
-	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
+	l.becomeSuspect(win, per)
 }
 
 // whileOverloaded is the window's end while the server is overloaded:
@@ -686,7 +731,8 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 // request, and with the base of before the overload it would be refused
 // work its idle workers could do. The least latency of the last windows
 // is that of a request that hardly waited; it may exceed the base of
-// before by at most baseDrift times, so that a queue that never empties
+// before by at most baseDrift times (8: the slow dependency of the
+// scenarios is 5 times slower), so that a queue that never empties
 // (whose least latency includes a wait) cannot drift the target up
 // without bound. l.mu is held.
 func (l *Limiter) followService() {

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"container/heap"
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -29,6 +30,7 @@ type sim struct {
 	queue   []*simReq // admitted, waiting for a worker
 	busy    int
 	held    []heldReq
+	parked  []parkedReq
 	seq     int
 	results []simResult
 	// onAnswer is called when a closed-loop caller's request is answered.
@@ -53,12 +55,23 @@ type heldReq struct {
 	caller int
 }
 
+// parkedReq is a request waiting in the limiter while the server is
+// suspect, as Wait would wait.
+type parkedReq struct {
+	w        *suspectWaiter
+	caller   int
+	class    Class
+	arrived  time.Duration
+	deadline time.Time
+}
+
 // simResult is one answered request.
 type simResult struct {
 	at       time.Duration // when it arrived
 	latency  time.Duration
 	refused  bool
 	deadline bool // refused for its deadline
+	gone     bool // its deadline passed while it waited in the limiter
 	class    Class
 }
 
@@ -122,8 +135,50 @@ func (s *sim) run(end time.Duration) {
 	}
 }
 
-// release answers the held refusals whose probe ended.
+// release answers the held refusals whose probe ended, and moves the
+// parked requests whose wait ended.
 func (s *sim) release() {
+	// The limiter admits the newest waiter first, and releases all when
+	// its state changes: the waits that ended are at the end. Deadlines
+	// pass oldest first: at the front.
+	for n := len(s.parked); n > 0; n = len(s.parked) {
+		r := s.parked[n-1]
+		select {
+		case <-r.w.ready:
+		default:
+			n = -1
+		}
+		if n < 0 {
+			break
+		}
+		s.parked = s.parked[:n-1]
+		if p, err, settled := s.l.settle(r.w); settled && err != nil {
+			s.results = append(s.results, simResult{at: r.arrived, refused: true, class: r.class})
+			s.answered(r.caller)
+		} else if settled {
+			s.admitted(p, r.caller, r.class, r.arrived)
+		} else {
+			s.decide(r.caller, r.class, r.deadline, r.arrived)
+		}
+	}
+	for len(s.parked) > 0 {
+		r := s.parked[0]
+		if r.deadline.IsZero() || s.clk.Now().Before(r.deadline) {
+			break
+		}
+		s.l.sq.mu.Lock()
+		closed := r.w.closed
+		if !closed {
+			r.w.gone = true
+		}
+		s.l.sq.mu.Unlock()
+		if closed {
+			break // admitted meanwhile: the loop above takes it next time
+		}
+		s.parked = s.parked[1:]
+		s.results = append(s.results, simResult{at: r.arrived, gone: true, class: r.class})
+		s.answered(r.caller)
+	}
 	kept := s.held[:0]
 	for _, h := range s.held {
 		select {
@@ -142,9 +197,26 @@ func (s *sim) arrive(caller int, class Class, deadline time.Duration) {
 	if deadline > 0 {
 		dl = s.clk.Now().Add(deadline)
 	}
-	p, err := s.l.Acquire(class, dl)
+	s.decide(caller, class, dl, s.el)
+}
+
+// decide runs a request through the limiter as Wait does, without
+// blocking: admitted, refused, or parked until its wait ends.
+func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duration) {
+	at := s.l.now()
+	if at >= s.l.winEnd.Load() {
+		s.l.roll(at)
+	}
+	p, w, err := s.l.gate(true, class, dl, at)
+	switch {
+	case w != nil:
+		s.parked = append(s.parked, parkedReq{w: w, caller: caller, class: class, arrived: arrived, deadline: dl})
+		return
+	case err == nil && p.l == nil:
+		p, err = s.l.acquire(context.Background(), false, class, dl)
+	}
 	if err != nil {
-		s.results = append(s.results, simResult{at: s.el, refused: true, deadline: err == ErrDeadline, class: class})
+		s.results = append(s.results, simResult{at: arrived, refused: true, deadline: err == ErrDeadline, class: class})
 		if h := s.l.hold.Load(); h != nil && caller >= 0 {
 			s.held = append(s.held, heldReq{h, caller})
 			return
@@ -152,7 +224,12 @@ func (s *sim) arrive(caller int, class Class, deadline time.Duration) {
 		s.answered(caller)
 		return
 	}
-	r := &simReq{arrived: s.el, permit: p, caller: caller, class: class}
+	s.admitted(p, caller, class, arrived)
+}
+
+// admitted starts the service of a request admitted with p.
+func (s *sim) admitted(p Permit, caller int, class Class, arrived time.Duration) {
+	r := &simReq{arrived: arrived, permit: p, caller: caller, class: class}
 	if s.busy < s.workers {
 		s.start(r)
 	} else {

@@ -253,12 +253,15 @@ func TestAdmissionStreamRefused(t *testing.T) {
 	}
 }
 
-// overload drives l, on clk, into overload: for 5 windows of 1 s, 40
-// requests arrive and 10 complete. It returns the permits still held.
+// overload drives l, on clk, into overload: windows of 1 s in which 40
+// requests arrive and 10 complete, until it is overloaded (suspect
+// first, for at least 10 windows); then it sets clk to the real time, at
+// which the RPCs' deadlines are measured. It returns the permits still
+// held.
 func overload(t *testing.T, l *admission.Limiter, clk *clock.Fake) []admission.Permit {
 	t.Helper()
 	var held []admission.Permit
-	for range 5 {
+	for range 60 {
 		for range 40 {
 			p, err := l.Acquire(admission.ClassFirst, time.Time{})
 			if err != nil && !l.Overloaded() {
@@ -273,10 +276,14 @@ func overload(t *testing.T, l *admission.Limiter, clk *clock.Fake) []admission.P
 			p.Release(admission.Measured)
 		}
 		held = held[10:]
+		if l.Overloaded() {
+			break
+		}
 	}
 	if !l.Overloaded() {
-		t.Fatalf("not overloaded after 5 s of 40 arrivals and 10 completions a second: %+v", l.Stats())
+		t.Fatalf("not overloaded after a minute of 40 arrivals and 10 completions a second: %+v", l.Stats())
 	}
+	clk.Set(time.Now())
 	t.Cleanup(func() {
 		for _, p := range held {
 			p.Release(admission.Ignored)
@@ -293,7 +300,7 @@ func overload(t *testing.T, l *admission.Limiter, clk *clock.Fake) []admission.P
 func TestAdmissionDeadline(t *testing.T) {
 	// The fake clock ends up at about the real time, which the RPC's
 	// deadline is measured in.
-	clk := clock.NewFake(time.Now().Add(-5 * time.Second))
+	clk := clock.NewFake(time.Now().Add(-time.Hour))
 	s := startAdmission(t, WithAdmission(admission.Config{Window: time.Second, Clock: clk}))
 	l := s.i.Admission()
 	overload(t, l, clk)

@@ -1,0 +1,211 @@
+package admission
+
+import (
+	"context"
+	"sync"
+)
+
+// The suspect phase: arrivals exceed completions, and the server cannot
+// yet tell real overload from a closed loop that is still ramping up.
+//
+// A load test that starts 512 callers at once over TCP, on two busy
+// cores, takes tens of milliseconds to get them all in flight: for that
+// long arrivals exceed completions (which lag by one latency), exactly as
+// at the start of an open-loop overload. Refusing then would turn the
+// ramp into refusals that its callers send again at once. So a suspect
+// server refuses nothing: requests beyond the concurrency it had when it
+// became suspect (at least what its throughput needs, twice the
+// completion rate times its latency without a queue) wait in the limiter,
+// newest first, and each completion admits one. A closed loop is then
+// calm within a window or two (its arrivals follow its completions), and
+// everyone waiting is admitted. An open loop stays above its completions:
+// after suspectWindows windows, or twice the latency it expected when it
+// became suspect if longer, the server is overloaded, and the waiters are
+// refused (they waited while newer requests went first: they are the
+// overload). Serving the newest first keeps the latency of
+// what is served short while the server is suspect; the handler's own
+// queue holds no more than it did at the start.
+const (
+	suspectWindows = 10
+	// minSuspectCap is the least concurrency a suspect server keeps.
+	minSuspectCap = 4
+	// suspectMaxWindows bounds the wait for a server whose expected
+	// latency is long (and the estimate when completions lag the
+	// arrivals most, at the start).
+	suspectMaxWindows = 30
+)
+
+// suspectQueue holds the requests waiting while the server is suspect,
+// newest last.
+type suspectQueue struct {
+	mu      sync.Mutex
+	waiters []*suspectWaiter
+}
+
+type suspectWaiter struct {
+	ready chan struct{}
+	// Guarded by suspectQueue.mu.
+	admitted bool // given a slot (counted in inflight); else: decide again
+	closed   bool // ready was closed
+	gone     bool // its caller left
+}
+
+// becomeSuspect starts the suspect phase at the end of window win, with
+// per nanoseconds per completion. l.mu is held.
+func (l *Limiter) becomeSuspect(win window, per int64) {
+	// What its throughput needs (Little's law): the completion rate
+	// times the latency without a queue, doubled; the requests in flight
+	// beyond that are queued in the handler, and adding more would only
+	// lengthen that queue.
+	least := int64(0)
+	for i := range min(rateWindows, l.histN) {
+		if w := l.recent(i); w.least > 0 && (least == 0 || w.least < least) {
+			least = w.least
+		}
+	}
+	if least == 0 {
+		least = l.base
+	}
+	need := int64(2 * float64(least) / float64(per))
+	l.suspectCap.Store(max(need, minSuspectCap))
+	expected := (win.inflight + 1) * per
+	l.suspectFor = 0
+	l.suspectMax = min(max(suspectWindows, 2*expected/int64(l.cfg.Window)), suspectMaxWindows)
+	l.calmRun = 0
+	l.suspect.Store(true)
+}
+
+// whileSuspect is the window's end while the server is suspect: calm
+// ends it, a long enough excess of arrivals makes the server overloaded.
+// l.mu is held.
+func (l *Limiter) whileSuspect(win window) {
+	if win.arrived+win.refused <= win.done {
+		l.calmRun++
+	} else {
+		l.calmRun = 0
+	}
+	if l.calmRun >= calmWindows {
+		l.suspect.Store(false)
+		l.growthRun, l.calmRun = 0, 0
+		l.releaseSuspect(true)
+		return
+	}
+	if l.suspectFor++; l.suspectFor < l.suspectMax {
+		return
+	}
+	l.suspect.Store(false)
+	l.overloaded.Store(true)
+	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
+	l.releaseSuspect(false)
+}
+
+// errSuspectRefused marks a waiter refused when the server became
+// overloaded: the arrivals it waited behind were an overload.
+var errSuspectRefused = ErrOverload
+
+// releaseSuspect ends every wait: admitted, or to be decided again.
+func (l *Limiter) releaseSuspect(admit bool) {
+	l.sq.mu.Lock()
+	ws := l.sq.waiters
+	l.sq.waiters = nil
+	for _, w := range ws {
+		if w.gone {
+			continue
+		}
+		if admit {
+			l.inflight.Add(1)
+			l.fromQueue.Add(1)
+			w.admitted = true
+		}
+		w.closed = true
+		close(w.ready)
+	}
+	l.sq.mu.Unlock()
+}
+
+// dispatchSuspect admits the newest waiter when a slot under the cap is
+// free.
+func (l *Limiter) dispatchSuspect() {
+	l.sq.mu.Lock()
+	defer l.sq.mu.Unlock()
+	for n := len(l.sq.waiters); n > 0; n = len(l.sq.waiters) {
+		w := l.sq.waiters[n-1]
+		if w.gone {
+			l.sq.waiters = l.sq.waiters[:n-1]
+			continue
+		}
+		cur := l.inflight.Load()
+		if cur >= l.suspectCap.Load() || !l.inflight.CompareAndSwap(cur, cur+1) {
+			return
+		}
+		l.sq.waiters = l.sq.waiters[:n-1]
+		l.fromQueue.Add(1)
+		w.admitted, w.closed = true, true
+		close(w.ready)
+	}
+}
+
+// suspectEnter admits a request that arrived at at while the server is
+// suspect, at once under the cap (p), or returns the waiter it is to
+// wait as (w; see await); neither when the server is no longer suspect.
+func (l *Limiter) suspectEnter(at int64) (Permit, *suspectWaiter, error) {
+	limit := l.suspectCap.Load()
+	for cur := l.inflight.Load(); cur < limit; cur = l.inflight.Load() {
+		if l.inflight.CompareAndSwap(cur, cur+1) {
+			return Permit{l: l, start: at}, nil, nil
+		}
+	}
+	w := &suspectWaiter{ready: make(chan struct{})}
+	l.sq.mu.Lock()
+	if !l.suspect.Load() {
+		l.sq.mu.Unlock()
+		return Permit{}, nil, nil
+	}
+	l.sq.waiters = append(l.sq.waiters, w)
+	l.entered.Add(1)
+	l.sq.mu.Unlock()
+	// A completion between the cap check and the push dispatched no one:
+	// look again.
+	if l.inflight.Load() < limit {
+		l.dispatchSuspect()
+	}
+	return Permit{}, w, nil
+}
+
+// await waits as w until it is admitted or released, or ctx ends.
+// settled false means the wait ended undecided (the server became
+// overloaded, or is not suspect any more): the caller decides again.
+func (l *Limiter) await(ctx context.Context, w *suspectWaiter) (p Permit, err error, settled bool) {
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		l.sq.mu.Lock()
+		if !w.closed {
+			w.gone = true
+			l.sq.mu.Unlock()
+			return Permit{}, ctx.Err(), true
+		}
+		l.sq.mu.Unlock()
+		if w.admitted {
+			Permit{l: l}.Release(Ignored)
+		}
+		return Permit{}, ctx.Err(), true
+	}
+	return l.settle(w)
+}
+
+// settle is the outcome of a wait that ended: a slot, a refusal (the
+// server became overloaded: the backlog it waited in is the overload's),
+// or decide again (not suspect any more, and not admitted: rare).
+func (l *Limiter) settle(w *suspectWaiter) (Permit, error, bool) {
+	if !w.admitted {
+		if l.overloaded.Load() {
+			l.refused.Add(1)
+			l.rejected[reasonOverload].Add(1)
+			return Permit{}, errSuspectRefused, true
+		}
+		return Permit{}, nil, false
+	}
+	// The latency starts with the slot: the wait is not the server's.
+	return Permit{l: l, start: l.now()}, nil, true
+}
