@@ -48,12 +48,14 @@ var dontRetryShed = metadata.Pairs(MetadataPushback, "-1", MetadataShed, "1")
 // grpc-retry-pushback-ms:
 //
 //   - a delay of about the latency target (jittered between half and one
-//     and a half of it, at least 1 ms) for a first attempt refused while
-//     overloaded or at the cap: a retry after that, on another replica or
-//     here, may succeed, and a caller that honours the pushback pauses
-//     instead of coming back at once;
-//   - -1 ("do not retry") for a retry or a caller already retrying, or
-//     when the deadline is too short (no retry can beat it).
+//     and a half of it, at least 1 ms) for a request refused while
+//     overloaded or at the cap, whatever its class: a retry after that,
+//     on another replica (one weak replica of several) or here, may
+//     succeed, and a caller that honours the pushback pauses instead of
+//     coming back at once. The caller's retry budget bounds what that
+//     costs an overloaded server: a refusal, cheap, per retry;
+//   - -1 ("do not retry") when the server is overloaded and the deadline
+//     is too short for the latency it expects (no retry can beat it).
 //
 // Why Unavailable rather than ResourceExhausted: the request was not
 // processed, so a retry is safe, which is what Unavailable means ("a
@@ -191,7 +193,7 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 	default:
 		retryHere = false
 	}
-	if retryHere && class == admission.ClassFirst {
+	if retryHere {
 		pb = s.pushback(l.Config().Target)
 	}
 	md := dontRetryShed

@@ -164,9 +164,10 @@ func fixedLimit(n int) admission.Config {
 }
 
 // TestAdmissionShedsRetriesFirst: with a limit of 4 (retries may use 2),
-// a retry is refused with "do not retry" once 2 requests are in flight,
-// while a first attempt is admitted; at 4, a first attempt is refused with
-// a positive pushback. Refused requests never reach the handler.
+// a retry is refused once 2 requests are in flight, while a first attempt
+// is admitted; at 4, a first attempt is refused. Both with a positive
+// pushback: a retry elsewhere may succeed. Refused requests never reach
+// the handler.
 func TestAdmissionShedsRetriesFirst(t *testing.T) {
 	s := startAdmission(t, WithAdmission(fixedLimit(4)))
 	c := s.client(t, grpc.WithDisableRetry())
@@ -178,8 +179,8 @@ func TestAdmissionShedsRetriesFirst(t *testing.T) {
 	if got := status.Code(err); got != codes.Unavailable {
 		t.Fatalf("retry at 2 of 4: got %v, want Unavailable", err)
 	}
-	if got := pushbackOf(tr); got != "-1" {
-		t.Fatalf("retry at 2 of 4: pushback %q, want -1", got)
+	if ms, err := strconv.Atoi(pushbackOf(tr)); err != nil || ms < 1 {
+		t.Fatalf("retry at 2 of 4: pushback %q, want >= 1 ms (another replica may serve it)", pushbackOf(tr))
 	}
 	upstream := metadata.AppendToOutgoingContext(ctxTimeout(t, 10*time.Second), MetadataUpstreamRetries, "2")
 	s.hold(t, c, 1) // a first attempt is admitted: 3 in flight
@@ -414,8 +415,9 @@ type observerFunc func(context.Context, Event)
 func (f observerFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
 
 // TestAdmissionStormguardClient: stormguard's client waits the pushback of
-// a refused first attempt, retries once, and stops on the retry's "do not
-// retry": 2 attempts, no handler run.
+// each refusal before it retries (a refused retry, too, may succeed on
+// another replica), and stops when its attempts are used up: 3 attempts,
+// 2 waits of the pushback, no handler run.
 func TestAdmissionStormguardClient(t *testing.T) {
 	s := startAdmission(t, WithAdmission(fixedLimit(2)))
 	s.hold(t, s.client(t, grpc.WithDisableRetry()), 2)
@@ -424,20 +426,20 @@ func TestAdmissionStormguardClient(t *testing.T) {
 	before := s.arrived.Load()
 	_, err := c.Unary(ctxTimeout(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "x"})
 	var se *Error
-	if !errors.As(err, &se) || se.Reason != StopPushback || se.Attempts != 2 {
-		t.Fatalf("got %v, want 2 attempts stopped by the pushback", err)
+	if !errors.As(err, &se) || se.Reason != StopAttempts || se.Attempts != 3 {
+		t.Fatalf("got %v, want 3 attempts, then attempts used up", err)
 	}
-	if got := s.arrived.Load() - before; got != 2 {
-		t.Fatalf("attempts at the server: got %d, want 2", got)
+	if got := s.arrived.Load() - before; got != 3 {
+		t.Fatalf("attempts at the server: got %d, want 3", got)
 	}
-	if len(sl.d) != 1 || sl.d[0] < time.Millisecond {
-		t.Fatalf("waits: got %v, want one of the pushback (>= 1ms)", sl.d)
+	if len(sl.d) != 2 || sl.d[0] < time.Millisecond || sl.d[1] < time.Millisecond {
+		t.Fatalf("waits: got %v, want two of the pushback (>= 1ms)", sl.d)
 	}
 }
 
 // TestAdmissionGRPCRetry: grpc-go's built-in retry (3 attempts,
-// UNAVAILABLE) honours the pushback: it retries the refused first attempt
-// after the delay and stops at the retry's -1.
+// UNAVAILABLE) honours the pushback: it retries each refusal after the
+// delay, and stops when its attempts are used up.
 func TestAdmissionGRPCRetry(t *testing.T) {
 	s := startAdmission(t, WithAdmission(fixedLimit(2)))
 	s.hold(t, s.client(t, grpc.WithDisableRetry()), 2)
@@ -448,8 +450,8 @@ func TestAdmissionGRPCRetry(t *testing.T) {
 	if got := status.Code(err); got != codes.Unavailable {
 		t.Fatalf("got %v, want Unavailable", err)
 	}
-	if got := s.arrived.Load() - before; got != 2 {
-		t.Fatalf("attempts at the server: got %d, want 2 (first, then one retry stopped by -1)", got)
+	if got := s.arrived.Load() - before; got != 3 {
+		t.Fatalf("attempts at the server: got %d, want 3 (each refusal retried after its pushback)", got)
 	}
 }
 
