@@ -280,6 +280,7 @@ type Limiter struct {
 	refused   atomic.Int64 // refused by the overload and deadline rules, since New
 	entered   atomic.Int64 // requests that waited while the server was suspect, since New
 	fromQueue atomic.Int64 // of those, admitted from the wait, since New
+	gone      atomic.Int64 // of those, whose caller left while they waited, since New
 	// Read by every request, written once per window.
 	winEnd     atomic.Int64 // nanoseconds since origin
 	overloaded atomic.Bool
@@ -310,8 +311,9 @@ type Limiter struct {
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
 	probeRate  float64 // offered arrivals per nanosecond before the probe
-	suspectFor int64   // windows since the server became suspect
-	suspectMax int64   // windows it may stay suspect before it is overloaded
+	suspectFor int64   // windows since the server became suspect in which its completions did not grow
+	suspectAll int64   // windows since the server became suspect
+	suspectMax int64   // suspectFor windows it may stay suspect before it is overloaded
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -319,19 +321,20 @@ type Limiter struct {
 // server was suspect (those admitted from the queue later are not
 // arrivals again).
 type snapshot struct {
-	arrived, refused, done, latSum, latN int64
+	arrived, refused, done, latSum, latN, gone int64
 }
 
 func (l *Limiter) counters() snapshot {
 	n, f := l.latN.Load(), l.failed.Load()
 	admitted := l.inflight.Load() + n + f
-	return snapshot{admitted - l.fromQueue.Load() + l.entered.Load(), l.refused.Load(), n + f, l.latSum.Load(), n}
+	return snapshot{admitted - l.fromQueue.Load() + l.entered.Load(), l.refused.Load(), n + f, l.latSum.Load(), n, l.gone.Load()}
 }
 
 // window is what one window saw.
 type window struct {
 	dur                    int64
 	arrived, refused, done int64
+	gone                   int64 // waited while suspect, and its caller left
 	mean                   int64 // of Measured latencies; 0 with fewer than minSamples
 	least                  int64 // the least Measured latency; 0: none
 	inflight               int64 // at its end
@@ -623,13 +626,13 @@ func (l *Limiter) roll(at int64) {
 	}
 	cur := l.counters()
 	d := snapshot{cur.arrived - l.last.arrived, cur.refused - l.last.refused, cur.done - l.last.done,
-		cur.latSum - l.last.latSum, cur.latN - l.last.latN}
+		cur.latSum - l.last.latSum, cur.latN - l.last.latN, cur.gone - l.last.gone}
 	dur := at - l.winStart
 	if d.arrived+d.refused+d.done < minEvents && dur < maxWindows*w {
 		l.winEnd.Store(at + w/2)
 		return
 	}
-	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done,
+	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done, gone: d.gone,
 		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0)}
 	if d.latN >= minSamples {
 		win.mean = d.latSum / d.latN
@@ -686,7 +689,7 @@ func (l *Limiter) whileNot(win window) {
 		l.base = base
 		l.setThresholds()
 	}
-	if float64(win.arrived) >= (1+growthShare)*float64(win.done)+growthMargin {
+	if !calm(window{arrived: win.arrived, done: win.done}) {
 		l.growthRun++
 	} else {
 		l.growthRun = 0
@@ -706,12 +709,20 @@ func (l *Limiter) whileNot(win window) {
 	l.becomeSuspect(win, per)
 }
 
+// calm reports whether the window's arrivals, refused ones included, did
+// not exceed its completions by more than a growth: a closed loop's
+// arrivals follow its completions, one for one within the noise of where
+// a window ends.
+func calm(win window) bool {
+	return float64(win.arrived+win.refused) < (1+growthShare)*float64(win.done)+growthMargin
+}
+
 // whileOverloaded is the window's end while the server is overloaded:
 // its end, and the probes. l.mu is held.
 func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.overSince++
 	l.followService()
-	if win.arrived+win.refused <= win.done {
+	if calm(win) {
 		l.calmRun++
 	} else {
 		l.calmRun = 0

@@ -168,3 +168,46 @@ func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
 		t.Errorf("%d refused after the slowdown", refused)
 	}
 }
+
+// A closed loop whose callers start one after the other over 100 ms (ghz
+// -c 512 over TCP takes about 60 ms to get its callers in flight) keeps
+// arrivals above completions for longer than a window: the server is
+// suspect, queues rather than refuses, and is calm again once the ramp
+// is over. Zero refusals, with and without short deadlines, at a server
+// that computes (a pool of 8 workers) and one that waits (20 ms).
+func TestClosedLoopRampNeverRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		workers  int
+		service  time.Duration
+		callers  int
+		deadline time.Duration
+	}{
+		{"pool, no deadline", 8, time.Millisecond, 512, 0},
+		{"pool, 1 s deadline", 8, time.Millisecond, 512, time.Second},
+		{"waiting 20 ms, 60 ms deadline", 10000, 20 * time.Millisecond, 128, 60 * time.Millisecond},
+		{"waiting 20 ms, no deadline", 10000, 20 * time.Millisecond, 512, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSim(t, Config{}, tc.workers, tc.service, 11)
+			s.closedRamp(4, 0, 0, 3*time.Second, tc.deadline) // the warm-up
+			s.run(500 * time.Millisecond)
+			s.closedRamp(tc.callers, 500*time.Millisecond, 100*time.Millisecond, 3*time.Second, tc.deadline)
+			s.run(3 * time.Second)
+			refused, served, p99 := s.in(0, 3*time.Second)
+			gone := 0
+			for _, r := range s.results {
+				if r.gone {
+					gone++
+				}
+			}
+			t.Logf("refused %d gone %d served %d p99 %v", refused, gone, served, p99)
+			if refused != 0 {
+				t.Errorf("%d of %d refused", refused, refused+served)
+			}
+			if gone > served/100 {
+				t.Errorf("%d of %d timed out waiting in the limiter", gone, served)
+			}
+		})
+	}
+}

@@ -170,6 +170,7 @@ func (s *sim) release() {
 		closed := r.w.closed
 		if !closed {
 			r.w.gone = true
+			s.l.gone.Add(1)
 		}
 		s.l.sq.mu.Unlock()
 		if closed {
@@ -274,15 +275,20 @@ func (s *sim) answered(caller int) {
 // closed starts n callers at start that send back to back until end:
 // each sends its next request one round trip (rtt, 100 µs) after the
 // answer to the last.
-func (s *sim) closed(n int, start, end time.Duration) {
+func (s *sim) closed(n int, start, end time.Duration) { s.closedRamp(n, start, 0, end, 0) }
+
+// closedRamp is closed with the callers starting evenly over ramp (a
+// load tool starting its callers one after the other), each request with
+// deadline (0: none).
+func (s *sim) closedRamp(n int, start, ramp, end, deadline time.Duration) {
 	const rtt = 100 * time.Microsecond
 	s.onAnswer = func(c int) {
 		if s.el < end {
-			s.at(s.el+rtt, func() { s.arrive(c, s.class(), 0) })
+			s.at(s.el+rtt, func() { s.arrive(c, s.class(), deadline) })
 		}
 	}
 	for c := range n {
-		s.at(start, func() { s.arrive(c, s.class(), 0) })
+		s.at(start+ramp*time.Duration(c)/time.Duration(n), func() { s.arrive(c, s.class(), deadline) })
 	}
 }
 

@@ -19,8 +19,9 @@ import (
 // newest first, and each completion admits one. A closed loop is then
 // calm within a window or two (its arrivals follow its completions), and
 // everyone waiting is admitted. An open loop stays above its completions:
-// after suspectWindows windows, or twice the latency it expected when it
-// became suspect if longer, the server is overloaded, and the waiters are
+// after suspectWindows windows in which its completions did not grow, or
+// twice the latency it expected when it became suspect if longer (50
+// windows in all at most), the server is overloaded, and the waiters are
 // refused (they waited while newer requests went first: they are the
 // overload). Serving the newest first keeps the latency of
 // what is served short while the server is suspect; the handler's own
@@ -31,8 +32,9 @@ const (
 	minSuspectCap = 4
 	// suspectMaxWindows bounds the wait for a server whose expected
 	// latency is long (and the estimate when completions lag the
-	// arrivals most, at the start).
-	suspectMaxWindows = 30
+	// arrivals most, at the start), and for one whose completions still
+	// grow.
+	suspectMaxWindows = 50
 )
 
 // suspectQueue holds the requests waiting while the server is suspect,
@@ -57,29 +59,46 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	// times the latency without a queue, doubled; the requests in flight
 	// beyond that are queued in the handler, and adding more would only
 	// lengthen that queue.
-	least := int64(0)
-	for i := range min(rateWindows, l.histN) {
-		if w := l.recent(i); w.least > 0 && (least == 0 || w.least < least) {
-			least = w.least
-		}
-	}
-	if least == 0 {
-		least = l.base
-	}
-	need := int64(2 * float64(least) / float64(per))
-	l.suspectCap.Store(max(need, minSuspectCap))
+	l.suspectCap.Store(l.throughputNeed(per))
 	expected := (win.inflight + 1) * per
-	l.suspectFor = 0
+	l.suspectFor, l.suspectAll = 0, 0
 	l.suspectMax = min(max(suspectWindows, 2*expected/int64(l.cfg.Window)), suspectMaxWindows)
 	l.calmRun = 0
 	l.suspect.Store(true)
+}
+
+// throughputNeed is the concurrency the server's throughput needs, with
+// per nanoseconds per completion: twice the completion rate times the
+// latency without a queue (the base; the least latency of the last
+// windows before there is one), at least minSuspectCap. Not the recent
+// least latency: where the handler's own queue never empties, it includes
+// a wait, and a cap that followed it would let that queue grow. l.mu is
+// held.
+func (l *Limiter) throughputNeed(per int64) int64 {
+	least := l.base
+	for i := range min(rateWindows, l.histN) {
+		if w := l.recent(i); least == 0 && w.least > 0 {
+			least = w.least
+		}
+	}
+	return max(int64(2*float64(least)/float64(per)), minSuspectCap)
 }
 
 // whileSuspect is the window's end while the server is suspect: calm
 // ends it, a long enough excess of arrivals makes the server overloaded.
 // l.mu is held.
 func (l *Limiter) whileSuspect(win window) {
-	if win.arrived+win.refused <= win.done {
+	// The cap follows what the throughput needs as the estimate settles
+	// (at the start completions lag, and the time per completion reads
+	// long).
+	growing := false
+	if per := l.perDone.Load(); per > 0 {
+		if need := l.throughputNeed(per); need > l.suspectCap.Load() {
+			l.suspectCap.Store(need)
+			growing = true
+		}
+	}
+	if calm(win) {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
@@ -90,7 +109,15 @@ func (l *Limiter) whileSuspect(win window) {
 		l.releaseSuspect(true)
 		return
 	}
-	if l.suspectFor++; l.suspectFor < l.suspectMax {
+	// While the completions still grow (the cap with them), the server
+	// is still finding its throughput: a ramp, not yet an overload. An
+	// open loop saturates it, and the count goes on; suspectMaxWindows
+	// bounds the whole.
+	l.suspectAll++
+	if !growing {
+		l.suspectFor++
+	}
+	if l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}
 	l.suspect.Store(false)
@@ -182,6 +209,7 @@ func (l *Limiter) await(ctx context.Context, w *suspectWaiter) (p Permit, err er
 		l.sq.mu.Lock()
 		if !w.closed {
 			w.gone = true
+			l.gone.Add(1)
 			l.sq.mu.Unlock()
 			return Permit{}, ctx.Err(), true
 		}
