@@ -226,9 +226,9 @@ func (c *Config) resolve() error {
 // newest first, until a completion admits it (see suspect.go: a closed
 // loop of callers that is still ramping up looks exactly like the start
 // of an overload, and is calm again within a few windows). When the
-// arrivals still exceed the completions after 10 windows, or twice the
-// latency expected when it became suspect if longer, the server is
-// overloaded, and the waiters are refused. While overloaded, the server
+// arrivals still exceed the completions after 30 windows (see suspect.go
+// for when sooner or later), the server is overloaded, and the waiters
+// are refused. While overloaded, the server
 // expects a new request to need
 //
 //	expected = (in flight + 1) x (time per completion over the last 4 windows)
@@ -717,12 +717,27 @@ func calm(win window) bool {
 	return float64(win.arrived+win.refused) < (1+growthShare)*float64(win.done)+growthMargin
 }
 
+// calmLately is calm over the last rateWindows windows together: a few
+// windows of a server at low rates hold a handful of events each, and
+// two in a row can look calm by chance in an open loop at three times
+// its capacity. l.mu is held.
+func (l *Limiter) calmLately() bool {
+	var sum window
+	for i := range min(rateWindows, l.histN) {
+		w := l.recent(i)
+		sum.arrived += w.arrived
+		sum.refused += w.refused
+		sum.done += w.done
+	}
+	return calm(sum)
+}
+
 // whileOverloaded is the window's end while the server is overloaded:
 // its end, and the probes. l.mu is held.
 func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.overSince++
 	l.followService()
-	if calm(win) {
+	if calm(win) && l.calmLately() {
 		l.calmRun++
 	} else {
 		l.calmRun = 0

@@ -13,28 +13,38 @@ import (
 // long arrivals exceed completions (which lag by one latency), exactly as
 // at the start of an open-loop overload. Refusing then would turn the
 // ramp into refusals that its callers send again at once. So a suspect
-// server refuses nothing: requests beyond the concurrency it had when it
-// became suspect (at least what its throughput needs, twice the
-// completion rate times its latency without a queue) wait in the limiter,
-// newest first, and each completion admits one. A closed loop is then
+// server refuses nothing: requests beyond the concurrency its throughput
+// needs (twice the completion rate times its latency without a queue,
+// recomputed every window) wait in the limiter, newest first, and each
+// completion admits one. A closed loop is then
 // calm within a window or two (its arrivals follow its completions), and
 // everyone waiting is admitted. An open loop stays above its completions:
 // after suspectWindows windows in which its completions did not grow, or
-// twice the latency it expected when it became suspect if longer (50
-// windows in all at most), the server is overloaded, and the waiters are
+// twice the latency it expected when it became suspect if longer (60
+// windows in all at most), or as soon as thousands wait, the server is
+// overloaded, and the waiters are
 // refused (they waited while newer requests went first: they are the
 // overload). Serving the newest first keeps the latency of
 // what is served short while the server is suspect; the handler's own
 // queue holds no more than it did at the start.
 const (
-	suspectWindows = 10
+	// suspectWindows is long enough for a ramp of a few hundred callers
+	// on a busy machine (ghz starts 512 in about 60 ms), and its calm:
+	// the cost of waiting is only that the requests refused at the end
+	// waited that long first, and the goroutines that wait.
+	suspectWindows = 30
+	// maxSuspectQueue waiters (or 8 per slot of the cap, if more) make a
+	// suspect server overloaded at once: no closed loop of callers waits
+	// in such numbers behind so few slots, and an open loop at 8 times a
+	// server's capacity fills it in tens of milliseconds.
+	maxSuspectQueue = 4096
 	// minSuspectCap is the least concurrency a suspect server keeps.
 	minSuspectCap = 4
 	// suspectMaxWindows bounds the wait for a server whose expected
 	// latency is long (and the estimate when completions lag the
 	// arrivals most, at the start), and for one whose completions still
 	// grow.
-	suspectMaxWindows = 50
+	suspectMaxWindows = 60
 )
 
 // suspectQueue holds the requests waiting while the server is suspect,
@@ -98,7 +108,7 @@ func (l *Limiter) whileSuspect(win window) {
 			growing = true
 		}
 	}
-	if calm(win) {
+	if calm(win) && l.calmLately() {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
@@ -117,7 +127,11 @@ func (l *Limiter) whileSuspect(win window) {
 	if !growing {
 		l.suspectFor++
 	}
-	if l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
+	l.sq.mu.Lock()
+	waiting := int64(len(l.sq.waiters))
+	l.sq.mu.Unlock()
+	full := waiting > max(maxSuspectQueue, 8*l.suspectCap.Load())
+	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}
 	l.suspect.Store(false)
