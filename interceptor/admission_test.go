@@ -256,13 +256,13 @@ func TestAdmissionStreamRefused(t *testing.T) {
 
 // overload drives l, on clk, into overload: windows of 1 s in which 40
 // requests arrive and 10 complete, until it is overloaded (suspect
-// first, for at least 10 windows); then it sets clk to the real time, at
+// first, for up to 60 windows); then it sets clk to the real time, at
 // which the RPCs' deadlines are measured. It returns the permits still
 // held.
 func overload(t *testing.T, l *admission.Limiter, clk *clock.Fake) []admission.Permit {
 	t.Helper()
 	var held []admission.Permit
-	for range 60 {
+	for range 100 {
 		for range 40 {
 			p, err := l.Acquire(admission.ClassFirst, time.Time{})
 			if err != nil && !l.Overloaded() {
@@ -282,7 +282,7 @@ func overload(t *testing.T, l *admission.Limiter, clk *clock.Fake) []admission.P
 		}
 	}
 	if !l.Overloaded() {
-		t.Fatalf("not overloaded after a minute of 40 arrivals and 10 completions a second: %+v", l.Stats())
+		t.Fatalf("not overloaded after 100 s of 40 arrivals and 10 completions a second: %+v", l.Stats())
 	}
 	clk.Set(time.Now())
 	t.Cleanup(func() {
