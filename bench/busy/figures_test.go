@@ -36,9 +36,12 @@ const ghzJSON = `{"count":3,"details":[
 {"timestamp":"2026-01-01T00:00:00.030Z","latency":5000000,"error":"x","status":""}]}`
 
 func TestParseGhz(t *testing.T) {
-	s, err := parseGhz([]byte(ghzJSON))
+	s, t0, err := parseGhz([]byte(ghzJSON))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC); !t0.Equal(want) {
+		t.Errorf("start %v, want %v (the first request's)", t0, want)
 	}
 	want := Samples{
 		{Start: 0, Latency: 10 * time.Millisecond, Code: codes.OK},
@@ -49,7 +52,7 @@ func TestParseGhz(t *testing.T) {
 		t.Errorf("got %+v, want %+v", s, want)
 	}
 	for _, bad := range []string{`{`, `{"count":2,"details":[]}`, `{"count":0,"details":[]}`} {
-		if _, err := parseGhz([]byte(bad)); err == nil {
+		if _, _, err := parseGhz([]byte(bad)); err == nil {
 			t.Errorf("parseGhz(%s): no error", bad)
 		}
 	}
