@@ -45,6 +45,8 @@ type Result struct {
 	// Phases are an open-loop load's phases with the arrival rate each
 	// reached.
 	Phases []PhaseResult
+	// Outage is what the outage scenario's schedule did; nil elsewhere.
+	Outage *Outage
 }
 
 // FixedLoad sends requests at a fixed concurrency: callers each send
