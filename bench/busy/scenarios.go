@@ -115,7 +115,8 @@ func withStacks(health bool) []string {
 }
 
 // DefaultParams are the sizes of `make bench-busy`: every scenario of
-// issue 19 in about 25 minutes on 2 cores. The CPU-bound overload stops
+// issue 19 in about 30 minutes on 2 cores (the outage's 45 runs of
+// 6.5 s are 5 of them). The CPU-bound overload stops
 // at 2x: on 2 cores the open-loop generator, which shares them, cannot
 // send much more than that (it reports the rate it reached).
 var DefaultParams = Params{
