@@ -161,4 +161,10 @@ func TestOutageWindows(t *testing.T) {
 	if f := outageFigure(r, ws[9]); f.success != -1 {
 		t.Errorf("a window past the load: %+v, want -1", f)
 	}
+	if got := tierCell([]tierKind{{0, "shed"}, {12, "throttled"}, {1, "down"}}); got != "12 throttled, 1 down" {
+		t.Errorf("tierCell: %q", got)
+	}
+	if got := tierCell([]tierKind{{0, "shed"}}); got != "-" {
+		t.Errorf("tierCell of zeros: %q, want -", got)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -296,8 +297,74 @@ func (h *Harness) outage(ctx context.Context) error {
 		t.write(h.Out)
 		h.outageSliceTable(stacks, runs, ws, "success", func(f outageFig) string { return pct(f.success) })
 		h.outageSliceTable(stacks, runs, ws, "calls at payment / request", func(f outageFig) string { return calls(f.calls) })
+		h.tierTable(stacks, runs)
 	}
 	return nil
+}
+
+// tierTable prints, for each stormguard stack, each tier's refusals and
+// state changes over the run (medians, each on its own): where the
+// refusals and downs of the summary come from.
+func (h *Harness) tierTable(stacks []string, runs map[string][]Run) {
+	var t *table
+	for _, s := range stacks {
+		rs := runs[s]
+		if len(rs) == 0 || !rs[0].Counts.Total().Stormguard {
+			continue
+		}
+		if t == nil {
+			head := []string{"stack"}
+			for _, c := range rs[0].Counts.Tiers {
+				head = append(head, c.Tier)
+			}
+			t = newTable(head...)
+		}
+		row := []any{s}
+		for i := range rs[0].Counts.Tiers {
+			m := func(get func(Counts) int64) int64 {
+				v := make([]int64, len(rs))
+				for j, r := range rs {
+					v[j] = get(r.Counts.Tiers[i])
+				}
+				return medianOf(v)
+			}
+			row = append(row, tierCell([]tierKind{
+				{m(Counts.AdmissionRefused), "shed"},
+				{m(func(c Counts) int64 { return c.Throttled }), "throttled"},
+				{m(Counts.RetryDenied), "retry denied"},
+				{m(func(c Counts) int64 { return c.Retries }), "retries"},
+				{m(func(c Counts) int64 { return c.TargetDown }), "down"},
+				{m(func(c Counts) int64 { return c.TargetUp }), "up"},
+				{m(func(c Counts) int64 { return c.NotServing }), "not serving"},
+				{m(func(c Counts) int64 { return c.Serving }), "serving"},
+			}))
+		}
+		t.row(row...)
+	}
+	if t == nil {
+		return
+	}
+	fmt.Fprintf(h.Out, "Per tier, over the run (medians, - for none): what its server refused (shed), what its client refused (throttled, retry denied) or retried, the times its client marked the next tier down and up again, and its server's own health (not serving, serving again):\n\n")
+	t.write(h.Out)
+}
+
+type tierKind struct {
+	n    int64
+	name string
+}
+
+// tierCell shows the kinds that are not zero, "-" for none.
+func tierCell(kinds []tierKind) string {
+	var parts []string
+	for _, k := range kinds {
+		if k.n != 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", k.n, k.name))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func calls(f float64) string {

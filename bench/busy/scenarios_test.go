@@ -232,7 +232,7 @@ func TestScenarioOutage(t *testing.T) {
 			}
 		}
 	}
-	checkTables(t, out, 6) // per case: the summary and two per-slice tables
+	checkTables(t, out, 8) // per case: the summary, two per-slice tables and one per tier
 	if head := "| stack | down -0.2 s | down +0 | down +0.2 s | back +0 | back +0.2 s |"; !strings.Contains(out, head) {
 		t.Errorf("no per-slice table headed %q:\n%s", head, out)
 	}
