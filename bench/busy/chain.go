@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +31,12 @@ type Chain struct {
 	// Procs are the payment replicas, then order, then gateway.
 	Procs    []*Proc
 	payments int
+	launcher Launcher
 	base     []Counts // at the end of Warm
+	// Of the payment processes killed (KillPayment): their counts since
+	// Warm and their arrivals, by replica.
+	carry []Counts
+	gone  [][]Arrivals
 }
 
 // StartChain starts the processes of spec, innermost first (each tier
@@ -40,7 +46,7 @@ func StartChain(ctx context.Context, l Launcher, spec ChainSpec) (*Chain, error)
 	if len(pays) == 0 {
 		pays = []Work{{}}
 	}
-	c := &Chain{payments: len(pays)}
+	c := &Chain{payments: len(pays), launcher: l, carry: make([]Counts, len(pays)), gone: make([][]Arrivals, len(pays))}
 	start := func(tier, name string, w Work, seed uint64, next []string) (string, error) {
 		flags := append([]string{"--tier", tier, "--stack", spec.Stack, "--seed", strconv.FormatUint(seed, 10)}, w.Args()...)
 		if len(next) > 0 {
@@ -137,18 +143,87 @@ func (c *Chain) read(ctx context.Context) ([]Counts, error) {
 }
 
 // Counts returns every process's counters since Warm (since the start
-// without it), in the order of Procs.
+// without it), in the order of Procs; a payment replica's include those
+// of its processes killed.
 func (c *Chain) Counts(ctx context.Context) (ChainCounts, error) {
 	now, err := c.read(ctx)
 	if err != nil {
 		return ChainCounts{}, err
 	}
-	if c.base != nil {
-		for i := range now {
+	for i := range now {
+		if c.base != nil {
 			now[i] = now[i].Sub(c.base[i])
+		}
+		if i < c.payments {
+			now[i] = now[i].Add(c.carry[i])
 		}
 	}
 	return ChainCounts{Tiers: now, Payments: c.payments}, nil
+}
+
+// FailPayment makes payment replica i answer every request UNAVAILABLE
+// (on), or serve again, and returns when it switched.
+func (c *Chain) FailPayment(ctx context.Context, i int, on bool) (time.Time, error) {
+	return c.Procs[i].SetFailAll(ctx, on)
+}
+
+// KillPayment kills payment replica i's process (SIGKILL), waits for
+// its end and returns when it was killed (see Proc.Kill). Its counters and arrivals are read a moment before
+// (what arrives in that moment, well under a millisecond, is not
+// counted) and kept: Counts and PaymentArrivals include them.
+func (c *Chain) KillPayment(ctx context.Context, i int) (time.Time, error) {
+	p := c.Procs[i]
+	final, err := p.Counts(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	arr, err := p.Arrivals(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	at, err := p.Kill()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if c.base != nil {
+		final = final.Sub(c.base[i])
+		c.base[i] = Counts{} // the next process counts from zero
+	}
+	c.carry[i] = final.Add(c.carry[i])
+	c.gone[i] = append(c.gone[i], arr)
+	return at, nil
+}
+
+// RestartPayment starts payment replica i again, after KillPayment, with
+// the same flags on the same address, and returns when it began to start
+// it and when it served (printed its address).
+func (c *Chain) RestartPayment(ctx context.Context, i int) (began, serving time.Time, err error) {
+	old := c.Procs[i]
+	began = time.Now().Round(0)
+	p, err := c.launcher.Start(ctx, old.Name, append(slices.Clone(old.flags), "--listen", old.Addr)...)
+	if err != nil {
+		return began, time.Time{}, err
+	}
+	serving = time.Now().Round(0)
+	c.Procs[i] = p
+	if p.Addr != old.Addr {
+		return began, serving, fmt.Errorf("%s restarted on %s, want %s", p.Name, p.Addr, old.Addr)
+	}
+	return began, serving, nil
+}
+
+// PaymentArrivals returns the arrivals series of every payment process
+// of the run, the killed ones included.
+func (c *Chain) PaymentArrivals(ctx context.Context) ([]Arrivals, error) {
+	var out []Arrivals
+	for i := range c.payments {
+		a, err := c.Procs[i].Arrivals(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, c.gone[i]...), a)
+	}
+	return out, nil
 }
 
 // Close stops every process, outermost first, and reports the first that

@@ -36,9 +36,12 @@ const ghzJSON = `{"count":3,"details":[
 {"timestamp":"2026-01-01T00:00:00.030Z","latency":5000000,"error":"x","status":""}]}`
 
 func TestParseGhz(t *testing.T) {
-	s, err := parseGhz([]byte(ghzJSON))
+	s, t0, err := parseGhz([]byte(ghzJSON))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC); !t0.Equal(want) {
+		t.Errorf("start %v, want %v (the first request's)", t0, want)
 	}
 	want := Samples{
 		{Start: 0, Latency: 10 * time.Millisecond, Code: codes.OK},
@@ -49,7 +52,7 @@ func TestParseGhz(t *testing.T) {
 		t.Errorf("got %+v, want %+v", s, want)
 	}
 	for _, bad := range []string{`{`, `{"count":2,"details":[]}`, `{"count":0,"details":[]}`} {
-		if _, err := parseGhz([]byte(bad)); err == nil {
+		if _, _, err := parseGhz([]byte(bad)); err == nil {
 			t.Errorf("parseGhz(%s): no error", bad)
 		}
 	}
@@ -106,5 +109,62 @@ func TestCountCell(t *testing.T) {
 	m := median([]Figures{{Refusals: 0, RefusalsMax: 0}, {Refusals: 4, RefusalsMax: 4}, {Refusals: 0, RefusalsMax: 0}})
 	if m.Refusals != 0 || m.RefusalsMax != 4 {
 		t.Errorf("median of refusals 0, 4, 0: %d, max %d; want 0, max 4", m.Refusals, m.RefusalsMax)
+	}
+}
+
+// TestOutageWindows: the per-slice windows run from OutageShown before
+// down to OutageAfter after back, the outage's last one ends at back
+// (a kill comes back late), and each window's figures are its requests'
+// success and the calls at payment (every process) per request.
+func TestOutageWindows(t *testing.T) {
+	ms := time.Millisecond
+	p := Params{OutageShown: time.Second, OutageFor: 2 * time.Second, OutageAfter: 2 * time.Second, OutageSlice: 500 * ms}
+	ws := p.outageSlices()
+	var labels []string
+	for _, w := range ws {
+		labels = append(labels, w.label)
+	}
+	want := []string{"down -1.0 s", "down -0.5 s", "down +0", "down +0.5 s", "down +1.0 s", "down +1.5 s", "back +0", "back +0.5 s", "back +1.0 s", "back +1.5 s"}
+	if !slices.Equal(labels, want) {
+		t.Fatalf("labels %q, want %q", labels, want)
+	}
+	t0 := time.Unix(1000, 0)
+	o := &Outage{Down: 2 * time.Second, Restart: 4050 * ms, Back: 4100 * ms, Payment: []Arrivals{
+		{Start: t0, Bucket: ms, Counts: []int64{0, 5}},                   // 5 calls at 1 ms
+		{Start: t0.Add(4100 * ms), Bucket: ms, Counts: []int64{2, 0, 1}}, // the new process: 3 calls after back
+	}}
+	for i, tc := range []struct{ from, to time.Duration }{
+		{1000 * ms, 1500 * ms}, {1500 * ms, 2000 * ms}, {2000 * ms, 2500 * ms}, {2500 * ms, 3000 * ms},
+		{3000 * ms, 3500 * ms}, {3500 * ms, 4100 * ms}, {4100 * ms, 4600 * ms}, {4600 * ms, 5100 * ms},
+		{5100 * ms, 5600 * ms}, {5600 * ms, 6100 * ms},
+	} {
+		if from, to := ws[i].span(o); from != tc.from || to != tc.to {
+			t.Errorf("%s: [%v, %v), want [%v, %v)", ws[i].label, from, to, tc.from, tc.to)
+		}
+	}
+	r := Run{Result: Result{Start: t0, Length: 6 * time.Second, Outage: o, Samples: Samples{
+		{Start: 0, Latency: ms, Code: codes.OK},
+		{Start: 4200 * ms, Latency: ms, Code: codes.OK},
+		{Start: 4300 * ms, Latency: ms, Code: codes.Unavailable},
+		{Start: 4400 * ms, Latency: ms, Code: codes.OK},
+	}}}
+	if f := outageFigure(r, ws[6]); f.success != 2.0/3 || f.calls != 1 {
+		t.Errorf("back +0: %+v, want success 2/3 and 3 calls for 3 requests", f)
+	}
+	if f := outageFigure(r, outageWindow{from: -2 * time.Second, to: -time.Second}); f.success != 1 || f.calls != 5 {
+		t.Errorf("[0, 1 s): %+v, want success 1 and 5 calls for 1 request", f)
+	}
+	if f := outageFigure(r, ws[2]); f.success != -1 || f.calls != -1 {
+		t.Errorf("no request in down +0: %+v, want -1, -1", f)
+	}
+	r.Length = 5500 * ms
+	if f := outageFigure(r, ws[9]); f.success != -1 {
+		t.Errorf("a window past the load: %+v, want -1", f)
+	}
+	if got := tierCell([]tierKind{{0, "shed"}, {12, "throttled"}, {1, "down"}}); got != "12 throttled, 1 down" {
+		t.Errorf("tierCell: %q", got)
+	}
+	if got := tierCell([]tierKind{{0, "shed"}}); got != "-" {
+		t.Errorf("tierCell of zeros: %q, want -", got)
 	}
 }

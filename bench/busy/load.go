@@ -34,12 +34,19 @@ type Result struct {
 	// Samples holds every request started, by start since the load's
 	// start, answered or not.
 	Samples Samples
+	// Start is the load's start (the first request's, for ghz) on the
+	// wall clock, which every process of the machine shares: where a
+	// tier's times (Arrivals, a switch of FailAll) lie on the load's
+	// time line.
+	Start time.Time
 	// Length is how long the load started requests for; requests in
 	// flight at its end were waited for.
 	Length time.Duration
 	// Phases are an open-loop load's phases with the arrival rate each
 	// reached.
 	Phases []PhaseResult
+	// Outage is what the outage scenario's schedule did; nil elsewhere.
+	Outage *Outage
 }
 
 // FixedLoad sends requests at a fixed concurrency: callers each send
@@ -122,7 +129,7 @@ func (g GoLoad) Fixed(ctx context.Context, addr string, callers int, d, deadline
 		})
 	}
 	wg.Wait()
-	return Result{Samples: merge(per), Length: d}, ctx.Err()
+	return Result{Samples: merge(per), Start: t0.Round(0), Length: d}, ctx.Err()
 }
 
 // merge returns the samples of every caller, by start.
@@ -205,7 +212,7 @@ func OpenLoop(ctx context.Context, addr string, phases []Phase, deadline time.Du
 	}
 	wg.Wait()
 	slices.SortFunc(all, byStart)
-	r := Result{Samples: all, Length: total}
+	r := Result{Samples: all, Start: t0.Round(0), Length: total}
 	var from time.Duration
 	for _, p := range phases {
 		n := len(all.Between(from, from+p.For))
@@ -284,11 +291,11 @@ func (g Ghz) Fixed(ctx context.Context, addr string, callers int, d, deadline ti
 			return Result{}, fmt.Errorf("ghz: %w: %s", err, errs)
 		}
 	}
-	s, err := parseGhz(out.Bytes())
+	s, t0, err := parseGhz(out.Bytes())
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Samples: s, Length: d}, nil
+	return Result{Samples: s, Start: t0, Length: d}, nil
 }
 
 // ghzReport is the part of ghz's JSON report the harness reads.
@@ -311,17 +318,17 @@ var codeByName = func() map[string]codes.Code {
 }()
 
 // parseGhz returns the samples of a ghz JSON report, by start since
-// the first start.
-func parseGhz(b []byte) (Samples, error) {
+// the first start, and that start (wall clock).
+func parseGhz(b []byte) (Samples, time.Time, error) {
 	var r ghzReport
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("ghz report: %w", err)
+		return nil, time.Time{}, fmt.Errorf("ghz report: %w", err)
 	}
 	if uint64(len(r.Details)) != r.Count {
-		return nil, fmt.Errorf("ghz report: %d details for %d requests (ghz keeps at most 1 000 000)", len(r.Details), r.Count)
+		return nil, time.Time{}, fmt.Errorf("ghz report: %d details for %d requests (ghz keeps at most 1 000 000)", len(r.Details), r.Count)
 	}
 	if len(r.Details) == 0 {
-		return nil, errors.New("ghz report: no requests")
+		return nil, time.Time{}, errors.New("ghz report: no requests")
 	}
 	starts := make([]time.Time, len(r.Details))
 	t0 := r.Details[0].Timestamp
@@ -340,5 +347,5 @@ func parseGhz(b []byte) (Samples, error) {
 		s[i] = Sample{Start: starts[i].Sub(t0), Latency: d.Latency, Code: code}
 	}
 	slices.SortFunc(s, byStart)
-	return s, nil
+	return s, t0, nil
 }

@@ -28,8 +28,9 @@ type Launcher struct {
 // Proc is one running tier process.
 type Proc struct {
 	Name   string
-	Addr   string // its gRPC address
-	stats  string // the URL of its counters
+	Addr   string   // its gRPC address
+	stats  string   // the URL of its counters
+	flags  []string // as started, for a restart
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the process has ended
 	lines  *lineWriter
@@ -46,7 +47,7 @@ func (l Launcher) Start(ctx context.Context, name string, flags ...string) (*Pro
 	cmd := exec.Command(l.Path, append(append([]string{}, l.Args...), flags...)...)
 	cmd.Env = append(os.Environ(), l.Env...)
 	setParentDeathSignal(cmd)
-	p := &Proc{Name: name, cmd: cmd, lines: newLineWriter(), tail: &tailWriter{max: 8 << 10}}
+	p := &Proc{Name: name, flags: flags, cmd: cmd, lines: newLineWriter(), tail: &tailWriter{max: 8 << 10}}
 	cmd.Stdout = p.lines
 	cmd.Stderr = p.tail
 	if l.Log != nil {
@@ -84,25 +85,91 @@ func (l Launcher) Start(ctx context.Context, name string, flags ...string) (*Pro
 
 // Counts reads the tier's counters.
 func (p *Proc) Counts(ctx context.Context) (Counts, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	var c Counts
+	return c, p.stat(ctx, http.MethodGet, pathCounts, &c)
+}
+
+// Arrivals reads the tier's arrivals series.
+func (p *Proc) Arrivals(ctx context.Context) (Arrivals, error) {
+	var a Arrivals
+	return a, p.stat(ctx, http.MethodGet, pathArrivals, &a)
+}
+
+// SetFailAll makes the tier answer every request UNAVAILABLE (on) or
+// serve again (off), and returns when it switched, on its clock.
+func (p *Proc) SetFailAll(ctx context.Context, on bool) (time.Time, error) {
+	var st FailAllState
+	q := "?on=0"
+	if on {
+		q = "?on=1"
+	}
+	if err := p.stat(ctx, http.MethodPost, pathFailAll+q, &st); err != nil {
+		return time.Time{}, err
+	}
+	if st.FailAll != on {
+		return time.Time{}, fmt.Errorf("%s: fail-all %v, asked for %v", p.Name, st.FailAll, on)
+	}
+	return st.At, nil
+}
+
+// statTimeout bounds a request to a tier's stats port.
+const statTimeout = 10 * time.Second
+
+// stat sends a request to path on the tier's stats port and decodes its
+// JSON answer into v.
+func (p *Proc) stat(ctx context.Context, method, path string, v any) error {
+	ctx, cancel := context.WithTimeout(ctx, statTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.stats, nil)
+	what := strings.TrimPrefix(strings.SplitN(path, "?", 2)[0], "/")
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(p.stats, pathCounts)+path, nil)
 	if err != nil {
-		return Counts{}, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return Counts{}, fmt.Errorf("%s: counts: %w", p.Name, err)
+		return fmt.Errorf("%s: %s: %w", p.Name, what, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return Counts{}, fmt.Errorf("%s: counts: %s", p.Name, resp.Status)
+		return fmt.Errorf("%s: %s: %s", p.Name, what, resp.Status)
 	}
-	var c Counts
-	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
-		return Counts{}, fmt.Errorf("%s: counts: %w", p.Name, err)
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("%s: %s: %w", p.Name, what, err)
 	}
-	return c, nil
+	return nil
+}
+
+// Kill ends the tier at once (SIGKILL: it runs no more code, its
+// connections are cut, calls in flight fail), waits for it, and returns
+// when the signal was sent: no request that reaches it after that is
+// served. A tier killed is not an error of Stop.
+func (p *Proc) Kill() (time.Time, error) {
+	var (
+		at  time.Time
+		ran bool
+		err error
+	)
+	p.once.Do(func() {
+		ran = true
+		select {
+		case <-p.exited:
+			p.err = fmt.Errorf("%s exited before the kill (%v): %s", p.Name, p.err, p.tail)
+			err = p.err
+			return
+		default:
+		}
+		at = time.Now().Round(0)
+		if err = p.cmd.Process.Kill(); err != nil {
+			err = fmt.Errorf("kill %s: %w", p.Name, err)
+			return
+		}
+		<-p.exited
+		p.err = nil
+	})
+	if !ran {
+		return time.Time{}, fmt.Errorf("%s: already stopped", p.Name)
+	}
+	return at, err
 }
 
 // stopTimeout bounds a graceful stop; the tier is killed after it.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // The scenario tests run one short case of each scenario class on real
@@ -58,6 +60,18 @@ func testParams(t *testing.T) Params {
 		CPUStacks:         []string{baseline},
 		RecoveryWithin:    500 * time.Millisecond,
 		OverAfterFraction: 0.5,
+
+		Outage: Work{Workers: 4, Hold: time.Millisecond},
+		OutageCases: []OutageCase{
+			{Name: "fail-all", Desc: failAllDesc, Callers: 8, Stacks: []string{baseline, "recommended-health"}},
+			{Name: "kill", Desc: killDesc, Kill: true, Callers: 8, Stacks: []string{baseline, "recommended-health"}},
+		},
+		OutageBefore:   400 * time.Millisecond,
+		OutageFor:      400 * time.Millisecond,
+		OutageAfter:    400 * time.Millisecond,
+		OutageShown:    200 * time.Millisecond,
+		OutageSlice:    200 * time.Millisecond,
+		OutageDeadline: 5 * time.Second,
 	}
 }
 
@@ -195,4 +209,86 @@ func TestScenarioOverload(t *testing.T) {
 		}
 	}
 	checkTables(t, out, 3) // capacity, the factors, the slices of one
+}
+
+// TestScenarioOutage: besides the harness's checks, the schedule
+// switches payment out and back within the load, as measured: payment
+// received calls before, in (failing everything) or not in (killed) and
+// after the outage; with retries off, every request answered before
+// down succeeded, every one that started after it and ended before the
+// restart failed, and requests succeeded again after back. The killed
+// payment came back on its address as a new process.
+func TestScenarioOutage(t *testing.T) {
+	out, cases := runScenario(t, "^outage$")
+	if len(cases) != 2 {
+		t.Fatalf("%d cases, want fail-all and kill", len(cases))
+	}
+	for name, runs := range cases {
+		kill := strings.Contains(name, "kill")
+		for _, rs := range runs {
+			for _, r := range rs {
+				checkRun(t, name, r, 1)
+				checkOutage(t, name, r, kill)
+			}
+		}
+	}
+	checkTables(t, out, 8) // per case: the summary, two per-slice tables and one per tier
+	if head := "| stack | down -0.2 s | down +0 | down +0.2 s | back +0 | back +0.2 s |"; !strings.Contains(out, head) {
+		t.Errorf("no per-slice table headed %q:\n%s", head, out)
+	}
+}
+
+func checkOutage(t *testing.T, name string, r Run, kill bool) {
+	t.Helper()
+	o := r.Outage
+	if o == nil {
+		t.Fatalf("%s, %s: no outage recorded", name, r.Stack)
+	}
+	if !(0 < o.Down && o.Down < o.Restart && o.Restart <= o.Back && o.Back < r.Length) {
+		t.Fatalf("%s, %s: down %v, restart %v, back %v in a load of %v: not in order", name, r.Stack, o.Down, o.Restart, o.Back, r.Length)
+	}
+	if kill != (o.Restart < o.Back) {
+		t.Errorf("%s, %s: restart %v, back %v: a kill only takes time to come back", name, r.Stack, o.Restart, o.Back)
+	}
+	if want := map[bool]int{false: 1, true: 2}[kill]; len(o.Payment) != want {
+		t.Fatalf("%s, %s: arrivals of %d payment processes, want %d", name, r.Stack, len(o.Payment), want)
+	}
+	at := func(from, to time.Duration) int64 {
+		var n int64
+		for _, a := range o.Payment {
+			n += a.In(r.Start, from, to)
+		}
+		return n
+	}
+	if b, a := at(0, o.Down), at(o.Back, r.Length); b == 0 || a == 0 {
+		t.Errorf("%s, %s: %d calls at payment before the outage, %d after: want some", name, r.Stack, b, a)
+	}
+	// A killed process receives nothing (the 1 ms buckets may straddle
+	// the switches).
+	if in := at(o.Down+time.Millisecond, o.Restart-time.Millisecond); kill != (in == 0) {
+		t.Errorf("%s, %s: %d calls at payment in the outage", name, r.Stack, in)
+	}
+	if r.Stack != baseline {
+		return
+	}
+	var okBefore, failedIn, okAfter int
+	for _, x := range r.Samples {
+		switch end := x.Start + x.Latency; {
+		case end < o.Down:
+			if x.Code != codes.OK {
+				t.Errorf("%s, none: a request answered %v before down failed: %v", name, o.Down-end, x.Code)
+			}
+			okBefore++
+		case x.Start >= o.Down && end < o.Restart:
+			if x.Code == codes.OK {
+				t.Errorf("%s, none: a request in the outage (%v-%v of %v-%v) succeeded", name, x.Start, end, o.Down, o.Restart)
+			}
+			failedIn++
+		case x.Start >= o.Back && x.Code == codes.OK:
+			okAfter++
+		}
+	}
+	if okBefore == 0 || failedIn == 0 || okAfter == 0 {
+		t.Errorf("%s, none: %d answered before down, %d in the outage, %d OK after back: want some of each", name, okBefore, failedIn, okAfter)
+	}
 }

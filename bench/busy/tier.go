@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,7 +69,9 @@ func parseTierFlags(args []string, stderr io.Writer) (tierFlags, error) {
 			"with the bench stack NAME on its server and on its client to --next, and prints\n"+
 			"  %sURL      (its counters as JSON)\n  %sADDR  (once the next tier is connected)\n"+
 			"Each request's work (--fail-all, --fail, --wait, --workers/--hold, --cpu) runs behind\n"+
-			"every interceptor of the stack, as a handler's would. Stop it with SIGTERM.\n\nFlags:\n", lineStats, lineAddr)
+			"every interceptor of the stack, as a handler's would. The stats port also serves\n"+
+			"GET /arrivals (calls per millisecond) and POST /fail-all?on=1 (on=0 ends it).\n"+
+			"Stop it with SIGTERM.\n\nFlags:\n", lineStats, lineAddr)
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&f.tier, "tier", "", "the tier: gateway, order or payment")
@@ -151,7 +154,8 @@ func ServeTier(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer t.close()
-	stopStats, statsURL, err := serveCounts(f.stats, t.counts)
+	t.log = stderr
+	stopStats, statsURL, err := serveStats(f.stats, t)
 	if err != nil {
 		return err
 	}
@@ -176,6 +180,8 @@ type tier struct {
 	sentTo     *testsvc.Tier    // counts the attempts sent to the next tier
 	work       *worker
 	obs        *counter
+	arrivals   *arrivals // of the test service's unary calls
+	log        io.Writer
 }
 
 // newTier builds the tier of f: the stack's instance, a connection to
@@ -191,7 +197,7 @@ func newTier(ctx context.Context, f tierFlags) (*tier, error) {
 		}
 	}
 	idx := slices.Index(testsvc.DefaultTiers, f.tier)
-	t := &tier{name: f.tier, stormguard: stack.Stormguard, work: newWorker(f.work, f.seed), obs: new(counter)}
+	t := &tier{name: f.tier, stormguard: stack.Stormguard, work: newWorker(f.work, f.seed), obs: new(counter), arrivals: newArrivals(), log: io.Discard}
 	inst, err := stack.Instance(bench.InstanceOptions{
 		Observer:   func(int) interceptor.Observer { return t.obs },
 		RoundRobin: len(f.next) > 1,
@@ -209,9 +215,10 @@ func newTier(ctx context.Context, f tierFlags) (*tier, error) {
 		next = testsvcv1.NewTestServiceClient(t.conn)
 	}
 	t.svc = testsvc.NewTier(f.tier, next, f.seed)
-	// Counting first (testsvc's admission, with no faults set), then the
-	// stack's interceptors, then the work: where a handler's would be.
-	opts := t.svc.AdmissionOptions()
+	// Counting first (the arrivals series, then testsvc's admission, with
+	// no faults set), then the stack's interceptors, then the work: where
+	// a handler's would be.
+	opts := append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(t.arrivals.unary)}, t.svc.AdmissionOptions()...)
 	if cfg.ServerOptions != nil {
 		opts = append(opts, cfg.ServerOptions(idx)...)
 	}
@@ -304,17 +311,43 @@ func dialNext(ctx context.Context, addrs []string, stackOpts func(int) []grpc.Di
 	return conn, nil
 }
 
-// serveCounts serves counts() as JSON on addr and returns its stop
-// function and URL.
-func serveCounts(addr string, counts func() Counts) (stop func(), url string, err error) {
+// The stats port's paths, under the URL a tier prints (lineStats is
+// its counts URL, pathCounts).
+const (
+	pathCounts   = "/counts"
+	pathArrivals = "/arrivals"
+	pathFailAll  = "/fail-all"
+)
+
+// FailAllState is the answer of a tier's POST /fail-all: its state and
+// when it was switched (see worker.setFailAll for what the time means).
+type FailAllState struct {
+	FailAll bool      `json:"fail_all"`
+	At      time.Time `json:"at"`
+}
+
+// serveStats serves t's stats port on addr: GET /counts (Counts, JSON),
+// GET /arrivals (Arrivals, JSON) and POST /fail-all?on=1 (on=0 ends it:
+// the tier answers every request UNAVAILABLE meanwhile, as with
+// --fail-all; the answer is a FailAllState). It returns its stop
+// function and the counts URL.
+func serveStats(addr string, t *tier) (stop func(), url string, err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("stats: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /counts", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(counts())
+	mux.HandleFunc("GET "+pathCounts, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, t.counts()) })
+	mux.HandleFunc("GET "+pathArrivals, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, t.arrivals.snapshot()) })
+	mux.HandleFunc("POST "+pathFailAll, func(w http.ResponseWriter, r *http.Request) {
+		on, err := strconv.ParseBool(r.URL.Query().Get("on"))
+		if err != nil {
+			http.Error(w, "fail-all: want ?on=1 or ?on=0", http.StatusBadRequest)
+			return
+		}
+		at := t.work.setFailAll(on)
+		fmt.Fprintf(t.log, "tier: %s: fail-all %v\n", t.name, on)
+		writeJSON(w, FailAllState{FailAll: on, At: at.Round(0)})
 	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
@@ -324,5 +357,10 @@ func serveCounts(addr string, counts func() Counts) (stop func(), url string, er
 		defer cancel()
 		_ = hs.Shutdown(ctx)
 		<-done
-	}, "http://" + lis.Addr().String() + "/counts", nil
+	}, "http://" + lis.Addr().String() + pathCounts, nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/interceptor"
+	"github.com/stormguard/stormguard/internal/testsvc"
 )
 
 func TestWorkArgsRoundTrip(t *testing.T) {
@@ -202,5 +206,109 @@ func TestLauncherReportsAFailedStart(t *testing.T) {
 	var ee interface{ ExitCode() int }
 	if errors.As(err, &ee) && ee.ExitCode() == 0 {
 		t.Errorf("exit code 0 for a bad flag")
+	}
+}
+
+// TestFailAllEndpoint: the stats port switches a tier to failing
+// everything and back, answers when it did, and refuses what is not a
+// switch.
+func TestFailAllEndpoint(t *testing.T) {
+	tr := &tier{name: "payment", work: newWorker(Work{}, 1), obs: new(counter), arrivals: newArrivals(),
+		svc: testsvc.NewTier("payment", nil, 1), log: io.Discard}
+	stop, countsURL, err := serveStats("127.0.0.1:0", tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	p := &Proc{Name: "payment", stats: countsURL}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	serves := func() error { return tr.work.do(ctx) }
+	if err := serves(); err != nil {
+		t.Fatalf("before the switch: %v", err)
+	}
+	t0 := time.Now()
+	on, err := p.SetFailAll(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serves(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("fail-all on: got %v, want Unavailable", err)
+	}
+	off, err := p.SetFailAll(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serves(); err != nil {
+		t.Fatalf("fail-all off: %v", err)
+	}
+	if t1 := time.Now(); !(!on.Before(t0.Round(0)) && off.After(on) && !off.After(t1.Round(0))) {
+		t.Errorf("switched on at %v and off at %v, want in order within [%v, %v]", on, off, t0, t1)
+	}
+	if _, err := p.Counts(ctx); err != nil {
+		t.Errorf("counts: %v", err)
+	}
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodPost, pathFailAll + "?on=maybe"},
+		{http.MethodPost, pathFailAll},
+		{http.MethodGet, pathFailAll + "?on=1"},
+	} {
+		var v FailAllState
+		if err := p.stat(ctx, tc.method, tc.path, &v); err == nil {
+			t.Errorf("%s %s: no error", tc.method, tc.path)
+		}
+	}
+	if err := serves(); err != nil {
+		t.Fatalf("after the refused requests: %v", err)
+	}
+}
+
+// TestWorkerFailAllStartsOn: --fail-all is the state a tier starts in,
+// and the switch ends it.
+func TestWorkerFailAllStartsOn(t *testing.T) {
+	k := newWorker(Work{FailAll: true}, 1)
+	ctx := context.Background()
+	if err := k.do(ctx); status.Code(err) != codes.Unavailable {
+		t.Fatalf("got %v, want Unavailable", err)
+	}
+	k.setFailAll(false)
+	if err := k.do(ctx); err != nil {
+		t.Fatalf("switched off: %v", err)
+	}
+}
+
+func TestArrivals(t *testing.T) {
+	a := newArrivals()
+	for _, at := range []time.Duration{0, 999 * time.Microsecond, time.Millisecond, 3*time.Millisecond + 1, -1, arrivalsKept} {
+		a.add(at)
+	}
+	s := a.snapshot()
+	if want := []int64{2, 1, 0, 1}; !slices.Equal(s.Counts, want) || s.Late != 2 || s.Bucket != time.Millisecond {
+		t.Fatalf("snapshot: counts %v, late %d, bucket %v; want %v, 2, 1ms", s.Counts, s.Late, s.Bucket, want)
+	}
+	ms := time.Millisecond
+	// Bucket i starts at t0 + 0.5 ms + i ms on the caller's time line.
+	s.Start = time.Unix(100, 0).Add(ms / 2)
+	t0 := time.Unix(100, 0)
+	for _, tc := range []struct {
+		from, to time.Duration
+		want     int64
+	}{
+		{0, 10 * ms, 4},
+		{0, ms / 2, 0},
+		{0, ms, 2},      // bucket 0 (at 0.5 ms)
+		{ms, 3 * ms, 1}, // buckets 1 (at 1.5 ms) and 2
+		{ms / 2, 4 * ms, 4},
+		{-10 * ms, 0, 0},
+		{4 * ms, 10 * ms, 0},
+	} {
+		if got := s.In(t0, tc.from, tc.to); got != tc.want {
+			t.Errorf("In(%v, %v): %d, want %d", tc.from, tc.to, got, tc.want)
+		}
+	}
+	// Buckets before t0 are not in any window from 0.
+	s.Start = t0.Add(-2 * ms)
+	if got := s.In(t0, 0, 10*ms); got != 1 {
+		t.Errorf("series starting 2 ms early: In(0, 10ms) = %d, want 1 (bucket 3)", got)
 	}
 }

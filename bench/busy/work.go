@@ -26,7 +26,9 @@ import (
 // connection); then the wait, the worker pool and the CPU.
 type Work struct {
 	// FailAll answers every request UNAVAILABLE: the tier is alive, its
-	// connections are ready, and it cannot serve anything.
+	// connections are ready, and it cannot serve anything. It is the
+	// state the tier starts in; its stats port switches it (POST
+	// /fail-all?on=1, and on=0 to end it).
 	FailAll bool
 	// Fail answers each request UNAVAILABLE with probability Fail, in
 	// [0, 1]; 0 never.
@@ -97,10 +99,11 @@ func (w Work) Args() []string {
 
 // worker does a Work for every request of a tier.
 type worker struct {
-	w     Work
-	slots chan struct{} // the pool: one token per busy worker
-	rngMu sync.Mutex
-	rng   *rand.Rand
+	w       Work
+	failAll atomic.Bool   // Work.FailAll, switched by setFailAll
+	slots   chan struct{} // the pool: one token per busy worker
+	rngMu   sync.Mutex
+	rng     *rand.Rand
 	// handled counts the requests that reached the handler (past every
 	// interceptor of the stack), ok those the tier answered OK.
 	handled, ok atomic.Int64
@@ -108,6 +111,7 @@ type worker struct {
 
 func newWorker(w Work, seed uint64) *worker {
 	k := &worker{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	k.failAll.Store(w.FailAll)
 	if w.Workers > 0 {
 		k.slots = make(chan struct{}, w.Workers)
 	}
@@ -119,7 +123,7 @@ var errDown = status.Error(codes.Unavailable, "busy: this tier cannot serve (its
 // do runs the work of one request; a non-nil error is the request's
 // answer.
 func (k *worker) do(ctx context.Context) error {
-	if k.w.FailAll {
+	if k.failAll.Load() {
 		return errDown
 	}
 	if k.w.Fail > 0 {
@@ -149,6 +153,21 @@ func (k *worker) do(ctx context.Context) error {
 		sink.Store(spin(k.w.CPU))
 	}
 	return nil
+}
+
+// setFailAll switches FailAll and returns when it did, so that a
+// caller can sort requests by it: turned on, every request that reaches
+// the work after the time returned fails; turned off, every request
+// answered before it failed (the clock is read after the switch on,
+// before the switch off).
+func (k *worker) setFailAll(on bool) time.Time {
+	if on {
+		k.failAll.Store(true)
+		return time.Now()
+	}
+	at := time.Now()
+	k.failAll.Store(false)
+	return at
 }
 
 // unary is the tier's innermost server interceptor: the work, then the

@@ -9,6 +9,7 @@
 //	make bench-busy                                  # from the root: installs ghz, runs everything
 //	go run ./cmd/busy -quick                         # from bench/: a look in a few minutes
 //	go run ./cmd/busy -scenarios replicas -stacks 'recommended'
+//	go run ./cmd/busy -scenarios outage              # payment out for 2 s after healthy traffic, then back
 //	go run ./cmd/busy -load go                       # without ghz: the project's fixed-concurrency load
 package main
 

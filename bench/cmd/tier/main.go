@@ -8,7 +8,9 @@
 //	go run ./cmd/tier --tier order --stack recommended --next 127.0.0.1:PORT
 //
 // It prints the URL of its counters and its address on stdout, and stops
-// on SIGTERM or SIGINT.
+// on SIGTERM or SIGINT. Its stats port also serves its arrivals per
+// millisecond (GET /arrivals) and switches it to failing everything and
+// back (POST /fail-all?on=1, on=0).
 package main
 
 import (
