@@ -322,8 +322,8 @@ func (r *busyRun) row(s loadgen.Samples, okDone int, start, width time.Duration,
 	return row
 }
 
-// column runs nothing: it cuts the finished load s (marked by mk) into
-// the slices and phases of the column.
+// column cuts the finished load s (marked by mk) into the slices and
+// phases of a column.
 func (r *busyRun) column(name string, s loadgen.Samples, mk *loadgen.Marker, width time.Duration, phases []busyPhase) busyColumn {
 	col := busyColumn{Mode: name}
 	per := make([][]int64, mk.Slices())
