@@ -16,30 +16,40 @@ import (
 type incidentFlagValues struct {
 	rate                          *int
 	healthy, during, after, slice *time.Duration
-	replicas                      *string
+	replicas, factors             *string
+	// The demo's own flags that the busy scenarios read too, and
+	// whether they were given.
+	users              *int
+	flaky              *float64
+	usersSet, flakySet bool
 }
 
 func incidentFlags(fs *flag.FlagSet) incidentFlagValues {
 	return incidentFlagValues{
 		rate:     fs.Int("rate", 0, "open-loop user requests per second, 1 to 10000: kill's sustained phase (default 200); outage, partial, hang (default 300); slow (default 240)"),
-		healthy:  fs.Duration("healthy", 0, "outage, partial, hang, slow: healthy traffic before the incident (default 1.5s; slow 1s)"),
-		during:   fs.Duration("for", 0, "outage, partial, hang, slow, long: length of the incident (default 3s; slow 1s; long 30s)"),
-		after:    fs.Duration("after", 0, "outage, partial, hang, slow: traffic after the incident (default 1.5s; slow 2.5s)"),
-		slice:    fs.Duration("slice", 0, "outage, partial, hang, slow: width of a time slice of the table (default 250ms)"),
+		healthy:  fs.Duration("healthy", 0, "outage, partial, hang, slow: healthy traffic before the incident (default 1.5s; slow 1s); capacity: the healthy part (1s); replicas: before one fails (500ms); overload: arrivals at 0.5x before it (1s)"),
+		during:   fs.Duration("for", 0, "outage, partial, hang, slow, long: length of the incident (default 3s; slow 1s; long 30s); capacity: the part with random failures (1s); replicas: one replica failing (2s); overload: the overload (2s)"),
+		after:    fs.Duration("after", 0, "outage, partial, hang, slow: traffic after the incident (default 1.5s; slow 2.5s); replicas: all healthy again (500ms); overload: arrivals at 0.5x after it (1s)"),
+		slice:    fs.Duration("slice", 0, "outage, partial, hang, slow, capacity, replicas, overload: width of a time slice of the table (default 250ms)"),
 		replicas: fs.String("replicas", "", "fleet: comma-separated fleet sizes, each 1 to 1000 (default 1,10,100,1000)"),
+		factors: fs.String("factors", "", fmt.Sprintf("overload: comma-separated arrival rates during the overload, as factors of payment's capacity (%d calls/s), each above 0 and at most %d, one run each (default 2,8)",
+			overloadCapacity, maxRate/overloadCapacity)),
 	}
 }
 
 // scenarioFlags are the flags that each scenario reads; json and seed go
 // with every one.
 var scenarioFlags = map[string][]string{
-	scenarioKill:    {"modes", "rate", "duration", "users", "users-for", "flaky", "chart", "max-recovery"},
-	scenarioOutage:  {"modes", "rate", "healthy", "for", "after", "slice"},
-	scenarioPartial: {"modes", "rate", "healthy", "for", "after", "slice"},
-	scenarioHang:    {"modes", "rate", "healthy", "for", "after", "slice"},
-	scenarioSlow:    {"modes", "rate", "healthy", "for", "after", "slice"},
-	scenarioLong:    {"for"},
-	scenarioFleet:   {"replicas"},
+	scenarioKill:     {"modes", "rate", "duration", "users", "users-for", "flaky", "chart", "max-recovery"},
+	scenarioOutage:   {"modes", "rate", "healthy", "for", "after", "slice"},
+	scenarioPartial:  {"modes", "rate", "healthy", "for", "after", "slice"},
+	scenarioHang:     {"modes", "rate", "healthy", "for", "after", "slice"},
+	scenarioSlow:     {"modes", "rate", "healthy", "for", "after", "slice"},
+	scenarioLong:     {"for"},
+	scenarioFleet:    {"replicas"},
+	scenarioCapacity: {"modes", "users", "healthy", "for", "slice", "flaky"},
+	scenarioReplicas: {"modes", "users", "healthy", "for", "after", "slice"},
+	scenarioOverload: {"modes", "healthy", "for", "after", "slice", "factors"},
 }
 
 // checkScenarioFlags fails for an unknown scenario, or a flag set on the
@@ -91,6 +101,11 @@ func incidentConfigOf(scenario string, seed uint64, v incidentFlagValues) (incid
 	if ic.slice < 10*time.Millisecond {
 		return ic, fmt.Errorf("--slice %v: want at least 10ms", ic.slice)
 	}
+	if isBusy(scenario) {
+		if err := checkBusyConfig(&ic, v); err != nil {
+			return ic, err
+		}
+	}
 	if *v.replicas != "" {
 		ic.replicas = nil
 		for f := range strings.SplitSeq(*v.replicas, ",") {
@@ -109,6 +124,9 @@ func incidentDemo(ctx context.Context, scenario, modesFlag string, seed uint64, 
 	ic, err := incidentConfigOf(scenario, seed, v)
 	if err != nil {
 		return err
+	}
+	if isBusy(scenario) {
+		return busyDemo(ctx, ic, modesFlag, asJSON, stdout, stderr)
 	}
 	var ms []chainMode
 	switch scenario {
@@ -158,4 +176,71 @@ func incidentDemo(ctx context.Context, scenario, modesFlag string, seed uint64, 
 		return writeSlicedJSON(stdout, r)
 	}
 	return writeSliced(stdout, r)
+}
+
+// checkBusyConfig applies the flags that only the busy scenarios read to
+// ic, and fails for a bad value.
+func checkBusyConfig(ic *incidentConfig, v incidentFlagValues) error {
+	if v.usersSet {
+		if *v.users < 1 || *v.users > 10000 {
+			return fmt.Errorf("--users %d: want 1 to 10000 callers", *v.users)
+		}
+		ic.users = *v.users
+	}
+	if v.flakySet {
+		if !(*v.flaky > 0 && *v.flaky <= 1) {
+			return fmt.Errorf("--flaky %v: want a probability in (0, 1] for --scenario %s", *v.flaky, ic.scenario)
+		}
+		ic.flaky = *v.flaky
+	}
+	if *v.factors != "" {
+		ic.factors = nil
+		limit := float64(maxRate / overloadCapacity)
+		for f := range strings.SplitSeq(*v.factors, ",") {
+			x, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || !(x > 0 && x <= limit) {
+				return fmt.Errorf("--factors %q: want factors of payment's capacity above 0 and at most %g, comma-separated", *v.factors, limit)
+			}
+			ic.factors = append(ic.factors, x)
+		}
+	}
+	// Each phase a whole number of slices, so that its summary is the
+	// sum of its rows.
+	for _, x := range []struct {
+		d    time.Duration
+		name string
+	}{{ic.healthy, "healthy"}, {ic.during, "for"}, {ic.after, "after"}} {
+		if x.d%ic.slice != 0 {
+			return fmt.Errorf("--%s %v: want a multiple of the slice (%v) for --scenario %s", x.name, x.d, ic.slice, ic.scenario)
+		}
+	}
+	return nil
+}
+
+// busyDemo runs a busy scenario and prints its table (or JSON).
+func busyDemo(ctx context.Context, ic incidentConfig, modesFlag string, asJSON bool, stdout, stderr io.Writer) error {
+	if modesFlag == strings.Join(modeNames(), ",") { // the default
+		modesFlag = strings.Join(busyDefaultModes, ",")
+	}
+	ms, err := parseBusyModes(modesFlag)
+	if err != nil {
+		return err
+	}
+	var p progress = noProgress{}
+	var b *bar
+	if isTerminal(stdout) && isTerminal(stderr) {
+		b = newBarSteps(stderr, len(ms)*max(len(ic.factors), 1))
+		p = b
+	}
+	r, err := runBusy(ctx, ic, ms, p)
+	if b != nil {
+		b.finish()
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return writeBusyJSON(stdout, r)
+	}
+	return writeBusy(stdout, r)
 }

@@ -39,6 +39,9 @@ var scenarios = []struct{ name, about string }{
 	{scenarioSlow, "payment five times slower (worker pool, FIFO queue) for a while; per-attempt timeouts; per time slice"},
 	{scenarioLong, "a long outage (--for, 30 s by default) and the recovery, in the incident simulator (simulated time)"},
 	{scenarioFleet, "replicas of order sharing 1000 req/s while payment is down 4 s, in the incident simulator"},
+	{scenarioCapacity, "64 callers (--users) at a fixed concurrency, payment healthy and instant, then failing 10 % at random: success, goodput, p99, refusals; per time slice"},
+	{scenarioReplicas, "64 callers at a fixed concurrency, payment as 3 replicas behind round_robin, one alive but failing everything: success, calls per replica; per time slice"},
+	{scenarioOverload, "open-loop arrivals at 2x and 8x (--factors) a worker-pool payment's capacity for 2 s, 0.5x before and after: goodput, p99 of successes; per time slice (about 25 s)"},
 }
 
 func scenarioNames() []string {
@@ -60,6 +63,14 @@ type incidentConfig struct {
 	deadline time.Duration // of each user request
 	seed     uint64
 	replicas []int // fleet sizes
+	// The busy scenarios: callers at a fixed concurrency (capacity,
+	// replicas), payment's failure probability after the healthy part
+	// (capacity), and the arrivals before and after the overload and
+	// during it, as factors of payment's capacity (overload).
+	users   int
+	flaky   float64
+	base    float64
+	factors []float64
 }
 
 // incidentDefaults are the sizes of each sliced scenario: those of
@@ -76,6 +87,15 @@ func incidentDefaults(name string) incidentConfig {
 		c.during = 30 * time.Second
 	case scenarioFleet:
 		c.replicas = []int{1, 10, 100, 1000}
+	case scenarioCapacity:
+		c.users, c.healthy, c.during, c.flaky = 64, time.Second, time.Second, 0.1
+	case scenarioReplicas:
+		c.users, c.healthy, c.during, c.after = 64, 500*time.Millisecond, 2*time.Second, 500*time.Millisecond
+	case scenarioOverload:
+		c.healthy, c.during, c.after, c.base, c.factors = time.Second, 2*time.Second, time.Second, 0.5, []float64{2, 8}
+	}
+	if isBusy(name) {
+		c.deadline = busyDeadline
 	}
 	return c
 }

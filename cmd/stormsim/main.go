@@ -90,14 +90,16 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "  %-11s  %s\n", sc.name, sc.about)
 		}
 		fmt.Fprintf(stderr, "\n--scenario slow has its own modes: %s.\n", strings.Join(slowModeNames(), ", "))
+		fmt.Fprintf(stderr, "--scenario capacity, replicas and overload run %s by default; --modes takes %q (no interceptor, no retries) and the modes above.\n",
+			strings.Join(busyDefaultModes, ", "), offMode.name)
 		fmt.Fprintf(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	modesFlag := fs.String("modes", strings.Join(modeNames(), ","), "comma-separated `modes` to run, in order")
 	duration := fs.Duration("duration", 2*time.Second, "length of the sustained phase of each mode, --rate requests a second (open loop)")
-	users := fs.Int("users", 32, "users in the closed-loop phase after the sustained one, and in the recovery phase")
+	users := fs.Int("users", 32, "users in the closed-loop phase after the sustained one, and in the recovery phase; capacity, replicas: callers at a fixed concurrency (64 unless given)")
 	usersFor := fs.Duration("users-for", time.Second, "length of the closed-loop phase of --users users")
-	flaky := fs.Float64("flaky", 0, "instead of killing payment, make it fail each call with `probability` p in (0, 1]; 0 kills it")
+	flaky := fs.Float64("flaky", 0, "instead of killing payment, make it fail each call with `probability` p in (0, 1]; 0 kills it; capacity: payment's failure probability after the healthy part (0.1 unless given)")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
 	asJSON := fs.Bool("json", false, "print one JSON array, one object per mode, instead of the table")
 	chart := fs.String("chart", "", "write the chart of calls per second at payment, one panel per mode, to `path` (.svg, .png, .pdf, ...); none by default")
@@ -116,6 +118,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if isSet(fs, "rate") && (*inc.rate < 1 || *inc.rate > maxRate) {
 		return fmt.Errorf("--rate %d: want 1 to %d user requests per second", *inc.rate, maxRate)
 	}
+	inc.users, inc.usersSet = users, isSet(fs, "users")
+	inc.flaky, inc.flakySet = flaky, isSet(fs, "flaky")
 	if *scenario != scenarioKill {
 		return incidentDemo(ctx, *scenario, *modesFlag, *seed, *asJSON, inc, stdout, stderr)
 	}

@@ -19,17 +19,32 @@ import (
 	"github.com/stormguard/stormguard/stormotel"
 )
 
-// telemetry connects a tier's interceptors and breakers to stormotel. A
-// nil *telemetry does nothing: the in-process demo runs without metrics.
+// telemetry connects a tier's interceptors and breakers to stormotel,
+// and in process to a scenario's own observer. A nil *telemetry does
+// nothing: the in-process demo runs without metrics.
 type telemetry struct {
-	metrics *stormotel.Metrics
+	metrics  *stormotel.Metrics   // nil: none
+	observer interceptor.Observer // nil: none; the busy scenarios' counts
 }
 
 func (tm *telemetry) options() []interceptor.Option {
 	if tm == nil {
 		return nil
 	}
-	return []interceptor.Option{interceptor.WithObserver(tm.metrics)}
+	var os []interceptor.Observer
+	if tm.metrics != nil {
+		os = append(os, tm.metrics)
+	}
+	if tm.observer != nil {
+		os = append(os, tm.observer)
+	}
+	switch len(os) {
+	case 0:
+		return nil
+	case 1:
+		return []interceptor.Option{interceptor.WithObserver(os[0])}
+	}
+	return []interceptor.Option{interceptor.WithObserver(interceptor.Observers(os...))}
 }
 
 func (tm *telemetry) breakerConfig() breaker.Config {
@@ -42,13 +57,13 @@ func (tm *telemetry) breakerConfig() breaker.Config {
 }
 
 func (tm *telemetry) trackBreakers(s *breaker.Set) {
-	if tm != nil {
+	if tm != nil && tm.metrics != nil {
 		tm.metrics.TrackBreakers(s)
 	}
 }
 
 func (tm *telemetry) trackLimiters(ic *interceptor.Interceptors) {
-	if tm != nil {
+	if tm != nil && tm.metrics != nil {
 		tm.metrics.TrackLimiters(ic)
 	}
 }

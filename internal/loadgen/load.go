@@ -179,3 +179,93 @@ func OpenLoop(c *testsvc.Chain, perSecond int, total, deadline time.Duration, ph
 	wg.Wait()
 	return col.Samples()
 }
+
+// FixedConcurrency runs users callers at a fixed concurrency for total,
+// as a load test does (ghz -c users): each sends its next request, with
+// the given deadline, the moment the answer to its previous one comes,
+// error or not, with no pause. phase is called on one goroutine every
+// tick with the time since the start (0 first), and may change faults or
+// read counters. It returns when every request has ended.
+func FixedConcurrency(c *testsvc.Chain, users int, total, deadline, tick time.Duration, phase func(elapsed time.Duration)) Samples {
+	col := NewCollector()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		ClosedLoopInto(col, c, users, 0, deadline, stop)
+		close(done)
+	}()
+	drive(col.start, total, tick, phase)
+	close(stop)
+	<-done
+	return col.Samples()
+}
+
+// drive calls phase (if not nil) every tick from start until total has
+// passed.
+func drive(start time.Time, total, tick time.Duration, phase func(time.Duration)) {
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		elapsed := time.Since(start)
+		if elapsed >= total {
+			return
+		}
+		if phase != nil {
+			phase(elapsed)
+		}
+		<-t.C
+	}
+}
+
+// Rate is one phase of an open-loop load: PerSecond arrivals a second
+// from From (since the start of the load) until the next phase.
+type Rate struct {
+	From      time.Duration
+	PerSecond int
+}
+
+// arrivalsBy returns the arrivals due in [0, elapsed] under rates (From
+// ascending, the first at 0), the first of each phase at its start.
+func arrivalsBy(rates []Rate, elapsed time.Duration) int {
+	n := 0
+	for i, r := range rates {
+		if elapsed < r.From || r.PerSecond <= 0 {
+			continue
+		}
+		end := elapsed
+		if i+1 < len(rates) && rates[i+1].From <= elapsed {
+			end = rates[i+1].From - 1 // the next phase owns its start
+		}
+		interval := time.Second / time.Duration(r.PerSecond)
+		n += int((end-r.From)/interval) + 1
+	}
+	return n
+}
+
+// OpenLoopRates is OpenLoop with a rate that changes by phase (rates in
+// order of From, the first from 0): arrivals are scheduled from the start
+// of each phase, whatever the chain does, and a late tick sends the
+// requests it owes at once. phase is called at every tick (1 ms, or the
+// interval of the highest rate when shorter).
+func OpenLoopRates(c *testsvc.Chain, rates []Rate, total, deadline time.Duration, phase func(elapsed time.Duration)) Samples {
+	col := NewCollector()
+	cl := c.Client()
+	tick := time.Millisecond
+	for _, r := range rates {
+		if r.PerSecond > 0 {
+			tick = min(tick, time.Second/time.Duration(r.PerSecond))
+		}
+	}
+	var wg sync.WaitGroup
+	sent := 0
+	drive(col.start, total, tick, func(elapsed time.Duration) {
+		if phase != nil {
+			phase(elapsed)
+		}
+		for due := arrivalsBy(rates, elapsed); sent < due; sent++ {
+			wg.Go(func() { col.call(context.Background(), cl, deadline) })
+		}
+	})
+	wg.Wait()
+	return col.Samples()
+}

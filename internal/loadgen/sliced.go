@@ -30,10 +30,31 @@ func Warm(c *testsvc.Chain) error {
 	if _, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{Id: "warm"}); err != nil {
 		return fmt.Errorf("warm-up request: %w", err)
 	}
+	// Replicas behind round_robin: picks go to the connected ones only,
+	// so request until every replica has served one.
 	for _, t := range c.Tiers() {
-		t.ResetCounts()
+		reps := c.Replicas(t.Name())
+		for !allReceived(reps) {
+			if _, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{Id: "warm"}); err != nil {
+				return fmt.Errorf("warm-up request to the replicas of %s: %w", t.Name(), err)
+			}
+		}
+	}
+	for _, t := range c.Tiers() {
+		for _, r := range c.Replicas(t.Name()) {
+			r.ResetCounts()
+		}
 	}
 	return nil
+}
+
+func allReceived(reps []*testsvc.Tier) bool {
+	for _, r := range reps {
+		if r.Received(testsvc.Unary) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Step is a change of the chain's faults at a time since the start of
@@ -119,4 +140,68 @@ func (s Samples) Recovery(end, until, width time.Duration) (d time.Duration, ok 
 		}
 	}
 	return d, d < until-end-width
+}
+
+// Marker reads counters at every boundary of slices of width and takes
+// steps when their time has come, from the phase callback of a load
+// (OpenLoopRates, FixedConcurrency), for loads whose slices need more
+// than Sliced's one count.
+type Marker struct {
+	width      time.Duration
+	read       func() []int64
+	steps      []Step
+	marks      [][]int64 // marks[i]: the counters at the start of slice i
+	next, step int
+}
+
+// NewMarker returns a Marker of the slices of width that cover total,
+// which reads the counters with read and takes steps (in order of At).
+func NewMarker(total, width time.Duration, read func() []int64, steps []Step) *Marker {
+	n := int((total + width - 1) / width)
+	return &Marker{width: width, read: read, steps: steps, marks: make([][]int64, n+1)}
+}
+
+// Phase is the load's phase callback.
+func (m *Marker) Phase(elapsed time.Duration) {
+	for m.next < len(m.marks) && elapsed >= time.Duration(m.next)*m.width {
+		m.marks[m.next] = m.read()
+		m.next++
+	}
+	for m.step < len(m.steps) && elapsed >= m.steps[m.step].At {
+		m.steps[m.step].Do()
+		m.step++
+	}
+}
+
+// Finish reads the counters once more, after the load has ended: the
+// end of the last slice, and of any slice the load did not reach.
+func (m *Marker) Finish() {
+	final := m.read()
+	for ; m.next < len(m.marks); m.next++ {
+		m.marks[m.next] = final
+	}
+}
+
+// Slices returns the number of slices.
+func (m *Marker) Slices() int { return len(m.marks) - 1 }
+
+// Counts returns what each counter counted in slice i (after Finish).
+func (m *Marker) Counts(i int) []int64 {
+	from, to := m.marks[i], m.marks[i+1]
+	out := make([]int64, len(to))
+	for k := range to {
+		out[k] = to[k] - from[k]
+	}
+	return out
+}
+
+// Samples returns the samples of slice i of s, by start; the last slice
+// also takes the requests that started after its end (sent at the last
+// tick, started in their own goroutine).
+func (m *Marker) Samples(s Samples, i int) Samples {
+	from, to := time.Duration(i)*m.width, time.Duration(i+1)*m.width
+	if i == m.Slices()-1 {
+		to = math.MaxInt64
+	}
+	return s.Between(from, to)
 }

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/test/bufconn"
 
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
@@ -84,16 +86,37 @@ type Config struct {
 	// (a health server that a stack watches), on every start, after the
 	// test service. Nil means none.
 	Register func(tier int, srv *grpc.Server)
-	// Seed seeds the random fault source; tier i uses Seed + i.
+	// Seed seeds the random fault source; tier i uses Seed + i (replica
+	// r > 0 of the last tier: Seed + i + r<<32).
 	Seed uint64
+	// Replicas is the number of replicas of the last tier; 0 or 1 means
+	// one. With more, each replica is a server of its own (own faults,
+	// own counts, own listener), and the hop in front of them dials all
+	// of them through a manual resolver and balances round_robin over
+	// them. Chain.Replicas returns them; Chain.Tier and Chain.Tiers
+	// return the first.
+	Replicas int
+	// ReplicaServerOptions, if not nil, returns the server options of
+	// replica r >= 1 of the last tier (Replicas > 1), in place of
+	// ServerOptions(last): each replica stands for a process of its own,
+	// with interceptors of its own. Nil means ServerOptions(last) for
+	// every replica.
+	ReplicaServerOptions func(replica int) []grpc.ServerOption
 }
+
+// maxReplicas bounds Config.Replicas.
+const maxReplicas = 64
+
+// roundRobin is the service config of the hop in front of replicas.
+const roundRobin = `{"loadBalancingConfig":[{"round_robin":{}}]}`
 
 // Chain is a running chain of tiers plus the edge client.
 type Chain struct {
-	tiers []*Tier
-	edge  *grpc.ClientConn
-	hops  []*grpc.ClientConn // hops[i] calls tiers[i]
-	once  sync.Once
+	tiers    []*Tier
+	replicas []*Tier // of the last tier, the first of them tiers[len-1]; nil with one
+	edge     *grpc.ClientConn
+	hops     []*grpc.ClientConn // hops[i] calls tiers[i]
+	once     sync.Once
 }
 
 // New starts a chain and registers its teardown with tb.Cleanup. It fails
@@ -114,16 +137,34 @@ func Start(cfg Config) (*Chain, error) {
 	if len(names) == 0 {
 		names = DefaultTiers
 	}
+	if cfg.Replicas < 0 || cfg.Replicas > maxReplicas {
+		return nil, fmt.Errorf("testsvc: %d replicas: want 0 to %d", cfg.Replicas, maxReplicas)
+	}
 	c := &Chain{hops: make([]*grpc.ClientConn, len(names))}
-	for i, name := range names {
-		t := &Tier{name: name, index: i, faults: newFaults(cfg.Seed + uint64(i))}
-		if cfg.ServerOptions != nil {
+	newTier := func(i, replica int) *Tier {
+		t := &Tier{name: names[i], index: i, replica: replica, faults: newFaults(cfg.Seed + uint64(i) + uint64(replica)<<32)}
+		switch {
+		case replica > 0 && cfg.ReplicaServerOptions != nil:
+			t.serverOpts = cfg.ReplicaServerOptions(replica)
+		case cfg.ServerOptions != nil:
 			t.serverOpts = cfg.ServerOptions(i)
 		}
 		if cfg.Register != nil {
 			t.register = func(srv *grpc.Server) { cfg.Register(i, srv) }
 		}
-		c.tiers = append(c.tiers, t)
+		return t
+	}
+	for i := range names {
+		c.tiers = append(c.tiers, newTier(i, 0))
+	}
+	if cfg.Replicas > 1 {
+		last := len(names) - 1
+		c.replicas = []*Tier{c.tiers[last]}
+		for r := 1; r < cfg.Replicas; r++ {
+			t := newTier(last, r)
+			c.replicas = append(c.replicas, t)
+			t.Restart()
+		}
 	}
 	// Connect from the innermost tier outwards, so that each tier's
 	// downstream client exists before the tier serves.
@@ -153,9 +194,9 @@ func Start(cfg Config) (*Chain, error) {
 // caller's options come after ours and win.
 func (c *Chain) dial(cfg Config, hop int) (*grpc.ClientConn, error) {
 	t := c.tiers[hop]
+	target := "passthrough:///" + t.name
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(t.dial),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay:  10 * time.Millisecond,
@@ -166,6 +207,20 @@ func (c *Chain) dial(cfg Config, hop int) (*grpc.ClientConn, error) {
 			MinConnectTimeout: time.Second,
 		}),
 	}
+	if hop == len(c.tiers)-1 && len(c.replicas) > 1 {
+		// Every replica by its address, round_robin over them.
+		r := manual.NewBuilderWithScheme("testsvc")
+		eps := make([]resolver.Endpoint, len(c.replicas))
+		for i, rep := range c.replicas {
+			eps[i] = resolver.Endpoint{Addresses: []resolver.Address{{Addr: rep.addr()}}}
+		}
+		r.InitialState(resolver.State{Endpoints: eps})
+		target = "testsvc:///" + t.name
+		opts = append(opts, grpc.WithResolvers(r), grpc.WithContextDialer(c.dialReplica),
+			grpc.WithDefaultServiceConfig(roundRobin))
+	} else {
+		opts = append(opts, grpc.WithContextDialer(t.dial))
+	}
 	if cfg.DialOptions != nil {
 		opts = append(opts, cfg.DialOptions(hop)...)
 	}
@@ -175,7 +230,7 @@ func (c *Chain) dial(cfg Config, hop int) (*grpc.ClientConn, error) {
 		grpc.WithChainUnaryInterceptor(t.countAttemptUnary),
 		grpc.WithChainStreamInterceptor(t.countAttemptStream),
 	)
-	conn, err := grpc.NewClient("passthrough:///"+t.name, opts...)
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", t.name, err)
 	}
@@ -192,8 +247,32 @@ func (c *Chain) Client() testsvcv1.TestServiceClient {
 // hop 0 is the edge client's. Tests use it to wait for a reconnect.
 func (c *Chain) Conn(hop int) *grpc.ClientConn { return c.hops[hop] }
 
-// Tiers returns the tiers from the edge inward.
+// Tiers returns the tiers from the edge inward (of the last tier with
+// Config.Replicas > 1, its first replica).
 func (c *Chain) Tiers() []*Tier { return c.tiers }
+
+// Replicas returns the replicas of the tier with the given name: all of
+// them for the last tier with Config.Replicas > 1, otherwise the tier
+// alone; nil for no such tier.
+func (c *Chain) Replicas(name string) []*Tier {
+	if last := c.tiers[len(c.tiers)-1]; len(c.replicas) > 1 && last.name == name {
+		return c.replicas
+	}
+	if t := c.Tier(name); t != nil {
+		return []*Tier{t}
+	}
+	return nil
+}
+
+// dialReplica connects to the replica whose address addr is.
+func (c *Chain) dialReplica(ctx context.Context, addr string) (net.Conn, error) {
+	for _, t := range c.replicas {
+		if t.addr() == addr {
+			return t.dial(ctx, addr)
+		}
+	}
+	return nil, fmt.Errorf("testsvc: no replica at %q", addr)
+}
 
 // Tier returns the tier with the given name, or nil.
 func (c *Chain) Tier(name string) *Tier {
@@ -217,13 +296,17 @@ func (c *Chain) Close() {
 		for _, t := range c.tiers {
 			t.Kill()
 		}
+		for _, t := range c.replicas {
+			t.Kill()
+		}
 	})
 }
 
 // Tier is one service of the chain.
 type Tier struct {
-	name  string
-	index int
+	name    string
+	index   int
+	replica int // its index among the replicas of its tier; 0 for the first or only
 
 	received [numKinds]atomic.Int64
 	attempts [numKinds]atomic.Int64
@@ -241,8 +324,15 @@ type Tier struct {
 	srv *grpc.Server
 }
 
-// Name returns the tier's name.
+// Name returns the tier's name (the same for every replica).
 func (t *Tier) Name() string { return t.name }
+
+// Replica returns the tier's index among the replicas of its tier
+// (Config.Replicas), 0 for the first or only one.
+func (t *Tier) Replica() int { return t.replica }
+
+// addr is the replica's address for the resolver of the hop in front.
+func (t *Tier) addr() string { return fmt.Sprintf("%s/%d", t.name, t.replica) }
 
 // Received returns the number of calls of kind k that reached this tier's
 // server (every arrival, including calls the faults refused).
@@ -261,7 +351,8 @@ func (t *Tier) ReceivedAll() int64 {
 // Attempts returns the number of calls of kind k that the hop in front of
 // this tier sent, counted in the client after all of its interceptors. It
 // differs from Received when calls fail before they reach the server, for
-// example while the tier is killed.
+// example while the tier is killed. With replicas, the first replica
+// counts the hop's attempts to all of them, the others none.
 func (t *Tier) Attempts(k Kind) int64 { return t.attempts[k].Load() }
 
 // Failed returns the number of calls this tier answered with an error.
