@@ -14,6 +14,7 @@ const (
 	DefaultDownAfter     = 50 * time.Millisecond
 	DefaultProbeRatio    = 0.05
 	DefaultProbeInterval = 50 * time.Millisecond
+	DefaultHold          = 250 * time.Millisecond
 
 	// MinWindow and MaxWindow bound Config.Window.
 	MinWindow = 100 * time.Millisecond
@@ -67,6 +68,19 @@ type Config struct {
 	// Window.
 	ProbeInterval time.Duration
 
+	// Hold is how long a caller refused because the target is down may
+	// wait for it to come back (Throttle.Back) before it fails: the
+	// interceptor holds a refused first attempt that long, within the
+	// caller's deadline, and sends it if the target is back meanwhile. A
+	// caller at a fixed concurrency (a load test, a worker pool) would
+	// otherwise spin on refusals of microseconds, thousands a second per
+	// caller, and once the target is back fail a burst of requests
+	// before the first probe or health trial says so. The price: a
+	// caller of a target that stays down gets its error after Hold, not
+	// at once. Zero means DefaultHold (250 ms, more than a health trial's
+	// 200 ms); negative means no hold. Valid: up to Window.
+	Hold time.Duration
+
 	// OnDown, if not nil, is called with true when the target is marked
 	// down and with false when it is back (an accept or Revive). It is
 	// called with no lock held, on the goroutine that caused the change,
@@ -111,6 +125,12 @@ func (c Config) normalize() (Config, error) {
 		c.ProbeInterval = DefaultProbeInterval
 	}
 	switch {
+	case c.Hold == 0:
+		c.Hold = DefaultHold
+	case c.Hold < 0:
+		c.Hold = 0
+	}
+	switch {
 	case math.IsNaN(c.K) || math.IsInf(c.K, 0) || c.K < 1:
 		return bad("K %v: want a finite number >= 1", c.K)
 	case c.Window < MinWindow || c.Window > MaxWindow:
@@ -121,6 +141,8 @@ func (c Config) normalize() (Config, error) {
 		return bad("ProbeRatio %v: want (0, 1]", c.ProbeRatio)
 	case c.ProbeInterval < 0 || c.ProbeInterval > c.Window:
 		return bad("ProbeInterval %v: want positive, up to Window (%v)", c.ProbeInterval, c.Window)
+	case c.Hold > c.Window:
+		return bad("Hold %v: want up to Window (%v), or negative for none", c.Hold, c.Window)
 	}
 	return c, nil
 }

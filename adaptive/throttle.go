@@ -140,8 +140,9 @@ type Throttle struct {
 	probes     int  // probes since the target was marked down
 	early      bool // down on a run of failures: probe early (quiet.go)
 	nextProbe  int64
-	p          float64 // the last shedding probability computed
-	broken     bool    // the connection was seen not ready, and not ready since
+	p          float64       // the last shedding probability computed
+	broken     bool          // the connection was seen not ready, and not ready since
+	back       chan struct{} // while down, if asked for: closed when up again
 	stats      Stats
 }
 
@@ -441,6 +442,10 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 // setUp ends the down state with an empty window. t.mu is held.
 func (t *Throttle) setUp() {
 	t.down, t.broken = false, false
+	if t.back != nil {
+		close(t.back)
+		t.back = nil
+	}
 	t.gen++
 	t.run = 0
 	t.p = 0
@@ -494,6 +499,32 @@ func (t *Throttle) Connectivity(ready bool) {
 	}
 	t.mu.Unlock()
 }
+
+// closedChan is what Back returns for a target that is up.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Back returns a channel that is closed when the target is up again (at
+// once if it is up): a probe answered, Revive, or its connection ready
+// again after a break. A caller refused with ErrDown may wait on it, up to
+// Config.Hold (Hold), and try again: see Config.Hold.
+func (t *Throttle) Back() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.down {
+		return closedChan
+	}
+	if t.back == nil {
+		t.back = make(chan struct{})
+	}
+	return t.back
+}
+
+// Hold returns Config.Hold, normalized (0: no hold).
+func (t *Throttle) Hold() time.Duration { return t.cfg.Hold }
 
 // Down reports whether the target is down.
 func (t *Throttle) Down() bool {

@@ -642,3 +642,35 @@ func TestHealthy(t *testing.T) {
 		t.Error("after two failures in a row: healthy")
 	}
 }
+
+// Back is closed while the target is up, and closes when a down target
+// is up again.
+func TestBack(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	select {
+	case <-th.Back():
+	default:
+		t.Fatal("Back of a target that is up is not closed")
+	}
+	for !th.Down() {
+		if p, err := th.Allow(false); err == nil {
+			clk.Advance(30 * ms)
+			p.Done(Overload)
+		}
+	}
+	back := th.Back()
+	select {
+	case <-back:
+		t.Fatal("Back of a down target is closed")
+	default:
+	}
+	th.Revive()
+	select {
+	case <-back:
+	default:
+		t.Fatal("Back not closed when the target came back")
+	}
+	if _, err := New(Config{Hold: 2 * time.Second}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Hold longer than the window: got %v, want ErrInvalidConfig", err)
+	}
+}

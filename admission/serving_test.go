@@ -78,7 +78,8 @@ func TestServingServedEndsRunAndDown(t *testing.T) {
 	}
 	// Served answers while not serving (from clients that do not watch
 	// its health) change nothing: only a trial does.
-	if s.Record(true) || s.Record(true) || s.Serving() {
+	first, second := s.Record(true), s.Record(true)
+	if first || second || s.Serving() {
 		t.Fatal("a served answer while not serving made the server serving")
 	}
 	clk.Advance(DefaultTrial)

@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/connectivity"
 
@@ -31,6 +32,14 @@ import (
 // it answers a probe: the target answers, so it was down only because
 // calls through it hung, as every tier of a chain sees a hang at its end.
 // Every other answer is an accept.
+//
+// A first attempt refused because its target is down is held, up to
+// adaptive.Config.Hold (250 ms) and within the caller's deadline, until
+// the target is back (a probe answered, its channel ready again), and
+// then sent: a caller at a fixed concurrency waits instead of spinning on
+// refusals of microseconds, and after an outage its requests go out
+// instead of failing until the first probe or health trial. A caller of
+// a target that stays down gets its error after the hold.
 //
 // While the throttle calls the target healthy (adaptive.Throttle.Healthy:
 // up, accepting, at most this one failure since its last accept), the
@@ -121,6 +130,9 @@ func (c *call) admitAdaptive() error {
 			p, err = c.thr.Allow(c.attempt > 0)
 		}
 	}
+	if errors.Is(err, adaptive.ErrDown) && c.attempt == 0 && c.holdDown() {
+		p, err = c.thr.Allow(false)
+	}
 	if err != nil {
 		if c.cfg.observer != nil {
 			c.observe(Event{Kind: EventThrottled, Attempt: c.attempt, Probability: c.thr.Stats().Probability})
@@ -131,6 +143,44 @@ func (c *call) admitAdaptive() error {
 		c.observe(Event{Kind: EventProbe, Attempt: c.attempt})
 	}
 	c.tp = p
+	return nil
+}
+
+// holdDown holds a first attempt refused because its target is down, up
+// to adaptive.Config.Hold and within the caller's deadline, until the
+// target is back (see adaptive.Config.Hold), and reports whether it may
+// ask again: the target is back, or its channel is ready again. A caller
+// at a fixed concurrency so waits instead of spinning on refusals, and
+// after the outage its request goes out instead of failing before the
+// first probe or health trial.
+func (c *call) holdDown() bool {
+	d := c.thr.Hold()
+	if dl, ok := c.ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	if d <= 0 {
+		return false
+	}
+	if c.cfg.hold(c.ctx, d, c.thr.Back()) != nil {
+		return false
+	}
+	if c.conn != nil {
+		c.reportConn()
+	}
+	return !c.thr.Down()
+}
+
+// holdCtx waits for d, back to close, or ctx to end, whichever comes
+// first; it returns ctx's error if that ended it.
+func holdCtx(ctx context.Context, d time.Duration, back <-chan struct{}) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-back:
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return nil
 }
 

@@ -44,7 +44,9 @@ func (r *recorder) count(k EventKind) int {
 
 func newAdaptive(t *testing.T, clk *clock.Fake, o Observer) *adaptive.Set {
 	t.Helper()
-	cfg := adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }}
+	// No hold: the tests of the rules see each refusal at once (the hold
+	// has its own tests).
+	cfg := adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }, Hold: -1}
 	if o != nil {
 		cfg.OnDown = AdaptiveObserver(o)
 	}

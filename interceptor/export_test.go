@@ -38,3 +38,9 @@ func (s *sleeps) option() Option {
 func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
 
 func sqrt(x float64) float64 { return math.Sqrt(x) }
+
+// withHold replaces the wait of a first attempt refused because its
+// target is down (see call.holdDown).
+func withHold(f func(ctx context.Context, d time.Duration, back <-chan struct{}) error) Option {
+	return Option{apply: func(c *config) error { c.hold = f; return nil }}
+}

@@ -85,6 +85,7 @@ type config struct {
 	// attempts, and the time an attempt ended (compared with its deadline).
 	rand  func() float64
 	sleep func(ctx context.Context, d time.Duration) error
+	hold  func(ctx context.Context, d time.Duration, back <-chan struct{}) error
 	now   func() time.Time
 }
 
@@ -96,6 +97,7 @@ func defaultConfig() config {
 		replayLimit: DefaultReplayBufferSize,
 		rand:        rand.Float64,
 		sleep:       sleepCtx,
+		hold:        holdCtx,
 		now:         time.Now,
 	}
 }

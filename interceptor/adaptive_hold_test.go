@@ -1,0 +1,100 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+// downTarget returns interceptors with a throttle set whose Hold is hold,
+// and the throttle of cc's target, down after a cold start's three
+// failures over 100 ms.
+func downTarget(t *testing.T, hold time.Duration, opts ...Option) (*Interceptors, *adaptive.Throttle, *fakeInvoker) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set, err := adaptive.NewSet(adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }, Hold: hold}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := mustNew(t, append([]Option{WithAdaptive(set), noWait}, opts...)...)
+	th := set.Get("payment")
+	for range 3 {
+		p, err := th.Allow(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(50 * time.Millisecond)
+		p.Done(adaptive.Overload)
+	}
+	if !th.Down() {
+		t.Fatal("setup: not down")
+	}
+	return i, th, &fakeInvoker{results: []error{nil}}
+}
+
+// A first attempt refused because its target is down is held until the
+// target is back (here revived while it waits), and then sent: a caller
+// at a fixed concurrency waits instead of spinning on refusals, and its
+// request after the outage succeeds instead of failing before the first
+// probe says the target is back (issue 19, target 5).
+func TestHoldUntilBack(t *testing.T) {
+	parked := make(chan struct{})
+	var th *adaptive.Throttle
+	i, th, inv := downTarget(t, 0, withHold(func(ctx context.Context, d time.Duration, back <-chan struct{}) error {
+		close(parked)
+		return holdCtx(ctx, d, back)
+	}))
+	done := make(chan error, 1)
+	go func() {
+		done <- i.UnaryClient()(ctxTimeout(t, 10*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke)
+	}()
+	<-parked
+	th.Revive()
+	if err := <-done; err != nil {
+		t.Fatalf("held call after the target came back: %v, want sent and answered", err)
+	}
+	if len(inv.seen) != 1 {
+		t.Fatalf("attempts: %d, want 1", len(inv.seen))
+	}
+}
+
+// A target that stays down: the call is held for Hold (250 ms by
+// default), within its deadline, and then refused as before; a retry is
+// never held.
+func TestHoldThenRefused(t *testing.T) {
+	var holds []time.Duration
+	i, _, inv := downTarget(t, 0, withHold(func(_ context.Context, d time.Duration, _ <-chan struct{}) error {
+		holds = append(holds, d)
+		return nil
+	}))
+	err := i.UnaryClient()(ctxTimeout(t, 10*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke)
+	var se *Error
+	if !errors.As(err, &se) || se.Reason != StopThrottled || len(inv.seen) != 0 {
+		t.Fatalf("got %v after %d attempts, want refused by the throttle without an attempt", err, len(inv.seen))
+	}
+	if len(holds) != 1 || holds[0] != adaptive.DefaultHold {
+		t.Fatalf("holds %v, want one of %v", holds, adaptive.DefaultHold)
+	}
+	holds = nil
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_ = i.UnaryClient()(short, "/svc/M", nil, nil, newCC(t), inv.invoke)
+	if len(holds) != 1 || holds[0] > 50*time.Millisecond {
+		t.Fatalf("holds %v with 50 ms left, want one within the deadline", holds)
+	}
+}
+
+// Hold < 0 turns the hold off: a refusal is at once.
+func TestNoHold(t *testing.T) {
+	i, _, inv := downTarget(t, -1, withHold(func(context.Context, time.Duration, <-chan struct{}) error {
+		t.Error("held with Hold < 0")
+		return nil
+	}))
+	if err := i.UnaryClient()(ctxTimeout(t, 10*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke); !errors.Is(err, adaptive.ErrThrottled) {
+		t.Fatalf("got %v, want refused", err)
+	}
+}
