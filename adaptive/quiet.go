@@ -60,3 +60,23 @@ func (t *Throttle) probeNeed() float64 {
 	}
 	return min(need, 1)
 }
+
+// failingRun reports whether a run of failures stops retries: retryRun
+// overload failures in a row, and either no accept for a tenth of
+// DownAfter (5 ms by default: a dead target at 1000 requests/s has 8
+// failures and 8 ms of silence) or fewer than half of the window's
+// requests accepted (a partial loss, where retries compete with first
+// attempts for what is left). With one replica of three failing
+// everything at once while the others take their time, its fast failures
+// come back in runs between accepts; counted alone they refused the
+// retries that the healthy replicas would have served. t.mu is held.
+func (t *Throttle) failingRun(el int64) bool {
+	if t.run < retryRun {
+		return false
+	}
+	if !t.accepted || el-t.lastAccept >= int64(t.cfg.DownAfter)/10 {
+		return true
+	}
+	req, acc := t.sum(el)
+	return req < minRequests || 2*acc < req
+}

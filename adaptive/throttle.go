@@ -70,8 +70,11 @@ func (o Outcome) String() string {
 const numBuckets = 10
 
 const (
-	// retryRun overload failures in a row, with no accept between them,
-	// stop retries at once: at 30 % random failures a given failure ends
+	// healthyRun failures since the last accept at most leave a target
+	// healthy (Healthy).
+	healthyRun = 2
+	// retryRun overload failures in a row, with no accept between them
+	// and none for retrySilence, stop retries at once: at 30 % random failures a given failure ends
 	// such a run in less than 1 % of cases, at a dead target at 1000
 	// requests/s it takes about 5 ms.
 	retryRun = 8
@@ -257,7 +260,7 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 	}
 	t.publish(el)
 	p := t.p
-	if retry && (t.run >= retryRun || p > 0 || t.quietRun(el)) {
+	if retry && (t.failingRun(el) || p > 0 || t.quietRun(el)) {
 		t.stats.RetriesRefused++
 		t.mu.Unlock()
 		return Permit{}, ErrThrottled
@@ -303,12 +306,14 @@ func (t *Throttle) RetryAllowed() bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && t.run < retryRun && !t.quietRun(el) && t.probability(el) == 0
+	return !t.down && !t.failingRun(el) && !t.quietRun(el) && t.probability(el) == 0
 }
 
 // Healthy reports whether the target is up, has accepted an attempt,
-// has failed at most once since its last accept, and is not being shed:
-// a failure now is a random one, not overload. A retry of such a failure
+// has failed at most twice since its last accept, and is not being shed:
+// a failure now is a random one, not overload (at 10 % random failures,
+// a run of two comes to 1 % of requests, whose second retry would
+// otherwise wait out a backoff that is the whole of the p99). A retry of such a failure
 // needs no backoff (the interceptor sends it at once, as Finagle requeues
 // a rejected request at once under its retry budget): waiting would only
 // idle a caller that has a fixed number of requests in flight, while a
@@ -317,12 +322,12 @@ func (t *Throttle) Healthy() bool {
 	if w := t.word.Load(); w&1 == 1 {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		return t.accepted && t.run <= 1
+		return t.accepted && t.run <= healthyRun
 	}
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && t.accepted && t.run <= 1 && t.probability(el) == 0
+	return !t.down && t.accepted && t.run <= healthyRun && t.probability(el) == 0
 }
 
 // allowDown is Allow for a down target. t.mu is held; it unlocks.

@@ -407,8 +407,9 @@ func TestRetryAllowed(t *testing.T) {
 	for range retryRun {
 		attempt(th, false, Overload)
 	}
+	clk.Advance(5 * ms)
 	if th.RetryAllowed() {
-		t.Errorf("RetryAllowed true after %d failures in a row", retryRun)
+		t.Errorf("RetryAllowed true after %d failures in a row and 5 ms without an accept", retryRun)
 	}
 	clk.Advance(time.Second)
 	attempt(th, false, Overload)
@@ -614,8 +615,8 @@ func TestColdDownProbesEarly(t *testing.T) {
 	}
 }
 
-// Healthy: a lone failure after accepts is random; a second in a row, a
-// cold target or a target being shed is not.
+// Healthy: one or two failures after accepts are random; a third in a
+// row, a cold target or a target being shed is not.
 func TestHealthy(t *testing.T) {
 	th, clk := newTest(t, Config{})
 	if th.Healthy() {
@@ -638,8 +639,42 @@ func TestHealthy(t *testing.T) {
 		t.Error("after one failure following an accept: not healthy")
 	}
 	done(Overload)
+	if !th.Healthy() {
+		t.Error("after two failures in a row: not healthy")
+	}
+	done(Overload)
 	if th.Healthy() {
-		t.Error("after two failures in a row: healthy")
+		t.Error("after three failures in a row: healthy")
+	}
+}
+
+// One replica of three failing everything at once, the others answering
+// a little later: the fast failures come back in runs of eight or more
+// between accepts. They do not stop retries while accepts keep coming
+// and most requests are accepted (retries go to the healthy replicas); at
+// a target that accepts nothing for 5 ms they do.
+func TestFailureRunsBetweenAccepts(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for range 100 {
+		attempt(th, false, Accept)
+		clk.Advance(ms)
+	}
+	for range 3 {
+		for range 10 { // a burst of fast failures
+			attempt(th, false, Overload)
+		}
+		if _, err := th.Allow(true); err != nil {
+			t.Fatalf("retry after a burst of failures 0 ms after an accept: %v", err)
+		}
+		clk.Advance(ms)
+		attempt(th, false, Accept)
+	}
+	for range 8 {
+		attempt(th, false, Overload)
+	}
+	clk.Advance(5 * ms)
+	if _, err := th.Allow(true); !errors.Is(err, ErrThrottled) {
+		t.Fatalf("retry after 8 failures and 5 ms without an accept: %v, want refused", err)
 	}
 }
 
