@@ -448,7 +448,17 @@ func TestRegister(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	check := func(tier int) {
 		t.Helper()
-		resp, err := healthpb.NewHealthClient(c.Conn(tier)).Check(ctx, &healthpb.HealthCheckRequest{Service: "tier"}, grpc.WaitForReady(true))
+		// Right after a restart the channel may still hold the old
+		// transport, whose call then fails with UNAVAILABLE: a client
+		// tries again, until the deadline.
+		var resp *healthpb.HealthCheckResponse
+		var err error
+		for {
+			resp, err = healthpb.NewHealthClient(c.Conn(tier)).Check(ctx, &healthpb.HealthCheckRequest{Service: "tier"}, grpc.WaitForReady(true))
+			if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+				break
+			}
+		}
 		if err != nil {
 			t.Fatalf("tier %d: Check: %v", tier, err)
 		}
