@@ -376,6 +376,11 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 	el := t.elapsed()
 	t.mu.Lock()
 	changed := false
+	if t.back != nil && (o == Accept || o == Busy) {
+		// An answer: the target serves (see Back).
+		close(t.back)
+		t.back = nil
+	}
 	switch o {
 	case Busy:
 		// Alive: no run of failures goes on through it, and a down
@@ -447,10 +452,6 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 // setUp ends the down state with an empty window. t.mu is held.
 func (t *Throttle) setUp() {
 	t.down, t.broken = false, false
-	if t.back != nil {
-		close(t.back)
-		t.back = nil
-	}
 	t.gen++
 	t.run = 0
 	t.p = 0
@@ -512,13 +513,21 @@ var closedChan = func() chan struct{} {
 	return c
 }()
 
-// Back returns a channel that is closed when the target is up again (at
-// once if it is up): a probe answered, Revive, or its connection ready
-// again after a break. A caller refused with ErrDown may wait on it, up to
-// Config.Hold (Hold), and try again: see Config.Hold.
+// Back returns a channel that is closed when the target answers again
+// after it was down (at once if it was not): a probe or a straggler
+// accepted, or answered busy. A caller refused with ErrDown may wait on
+// it, up to Config.Hold (Hold), and try again: see Config.Hold. Revive,
+// and a connection ready again, end the down state but do not close it:
+// a health trial makes every client's channel ready at once, and the
+// callers held meanwhile would all go out on the trial, a herd that a
+// server still failing cannot serve; they go when an answer says it
+// serves, or when their hold ends.
 func (t *Throttle) Back() <-chan struct{} {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.back != nil {
+		return t.back
+	}
 	if !t.down {
 		return closedChan
 	}

@@ -679,7 +679,8 @@ func TestFailureRunsBetweenAccepts(t *testing.T) {
 }
 
 // Back is closed while the target is up, and closes when a down target
-// is up again.
+// answers again; Revive alone (a channel ready again, a health trial)
+// does not close it.
 func TestBack(t *testing.T) {
 	th, clk := newTest(t, Config{})
 	select {
@@ -702,8 +703,17 @@ func TestBack(t *testing.T) {
 	th.Revive()
 	select {
 	case <-back:
+		t.Fatal("Back closed by Revive, before any answer")
 	default:
-		t.Fatal("Back not closed when the target came back")
+	}
+	if th.Back() != back {
+		t.Fatal("Back after Revive, before any answer: a new channel")
+	}
+	attempt(th, false, Accept)
+	select {
+	case <-back:
+	default:
+		t.Fatal("Back not closed when the target answered")
 	}
 	if _, err := New(Config{Hold: 2 * time.Second}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("Hold longer than the window: got %v, want ErrInvalidConfig", err)

@@ -11,9 +11,10 @@ import (
 )
 
 // downTarget returns interceptors with a throttle set whose Hold is hold,
-// and the throttle of cc's target, down after a cold start's three
-// failures over 100 ms.
-func downTarget(t *testing.T, hold time.Duration, opts ...Option) (*Interceptors, *adaptive.Throttle, *fakeInvoker) {
+// the permit of an attempt still in flight (a straggler), and the
+// throttle of cc's target, down after a cold start's three failures over
+// 100 ms.
+func downTarget(t *testing.T, hold time.Duration, opts ...Option) (*Interceptors, adaptive.Permit, *fakeInvoker) {
 	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	set, err := adaptive.NewSet(adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }, Hold: hold}, 0)
@@ -22,6 +23,10 @@ func downTarget(t *testing.T, hold time.Duration, opts ...Option) (*Interceptors
 	}
 	i := mustNew(t, append([]Option{WithAdaptive(set), noWait}, opts...)...)
 	th := set.Get("payment")
+	straggler, err := th.Allow(false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 3 {
 		p, err := th.Allow(false)
 		if err != nil {
@@ -33,18 +38,19 @@ func downTarget(t *testing.T, hold time.Duration, opts ...Option) (*Interceptors
 	if !th.Down() {
 		t.Fatal("setup: not down")
 	}
-	return i, th, &fakeInvoker{results: []error{nil}}
+	return i, straggler, &fakeInvoker{results: []error{nil}}
 }
 
 // A first attempt refused because its target is down is held until the
-// target is back (here revived while it waits), and then sent: a caller
-// at a fixed concurrency waits instead of spinning on refusals, and its
-// request after the outage succeeds instead of failing before the first
-// probe says the target is back (issue 19, target 5).
+// target answers again (here a straggler is accepted while it waits),
+// and then sent: a caller at a fixed concurrency waits instead of
+// spinning on refusals, and its request after the outage succeeds instead
+// of failing before the first probe says the target is back (issue 19,
+// target 5). The hold is long (a second, the most it may be): the answer, not its end, sends
+// the call.
 func TestHoldUntilBack(t *testing.T) {
 	parked := make(chan struct{})
-	var th *adaptive.Throttle
-	i, th, inv := downTarget(t, 0, withHold(func(ctx context.Context, d time.Duration, back <-chan struct{}) error {
+	i, straggler, inv := downTarget(t, time.Second, withHold(func(ctx context.Context, d time.Duration, back <-chan struct{}) error {
 		close(parked)
 		return holdCtx(ctx, d, back)
 	}))
@@ -53,7 +59,7 @@ func TestHoldUntilBack(t *testing.T) {
 		done <- i.UnaryClient()(ctxTimeout(t, 10*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke)
 	}()
 	<-parked
-	th.Revive()
+	straggler.Done(adaptive.Accept)
 	if err := <-done; err != nil {
 		t.Fatalf("held call after the target came back: %v, want sent and answered", err)
 	}
