@@ -288,6 +288,8 @@ type Limiter struct {
 	suspectCap atomic.Int64
 	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
 	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
+	baseNow    atomic.Int64                  // nanoseconds: the base the thresholds use
+	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with samples
 	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
 	least      atomic.Int64                  // the least Measured latency of the window; 0: none
 	waitingN   atomic.Int64                  // requests in the queue or about to enter it
@@ -429,6 +431,7 @@ func (l *Limiter) setThresholds() { l.publishThresholds(l.base) }
 // publishThresholds publishes base + Target x share for every class.
 // l.mu is held, or l is new.
 func (l *Limiter) publishThresholds(base int64) {
+	l.baseNow.Store(base)
 	for c := range Class(numClasses) {
 		l.threshold[c].Store(base + int64(l.cfg.Target)*l.share(c)/1000)
 	}
@@ -467,7 +470,7 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 		if w == nil {
 			break
 		}
-		if p, err, settled := l.await(ctx, w); settled {
+		if p, err, settled := l.await(ctx, w, c, deadline); settled {
 			return p, err
 		}
 		// The wait ended undecided (the server is overloaded, or no
@@ -636,6 +639,7 @@ func (l *Limiter) roll(at int64) {
 		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0)}
 	if d.latN >= minSamples {
 		win.mean = d.latSum / d.latN
+		l.lastMean.Store(win.mean)
 	}
 	l.hist[l.histAt] = win
 	l.histAt = (l.histAt + 1) % historyWindows
@@ -702,8 +706,11 @@ func (l *Limiter) whileNot(win window) {
 	for i := l.growthRun; i < l.histN; i++ {
 		highest = max(highest, l.recent(i).inflight)
 	}
+	// A server with no base yet (no window of minSamples successes) cannot
+	// tell its latency from a queue: it holds no one until it has one, a
+	// window or two into an open-loop overload.
 	per := l.perDone.Load()
-	if win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
+	if l.base == 0 || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
 		return
 	}
 	l.becomeSuspect(win, per)

@@ -161,8 +161,11 @@ func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
 	if rate := float64(served) / 1.75; rate < 0.8*80 {
 		t.Errorf("served %.0f/s while 5x slower, want >= 80 %% of its 80/s", rate)
 	}
-	if p99 > 250*time.Millisecond {
-		t.Errorf("p99 %v while 5x slower, want <= 250ms (the slowed 50 ms service + 20 ms target, behind 4 workers)", p99)
+	// The requests in flight when it slowed down keep their place (a
+	// suspect server holds only what arrives after), and 15 of them wait
+	// behind 4 workers now five times slower.
+	if p99 > 400*time.Millisecond {
+		t.Errorf("p99 %v while 5x slower, want <= 400ms", p99)
 	}
 	if refused, _, _ := s.in(3250*time.Millisecond, 4*time.Second); refused != 0 {
 		t.Errorf("%d refused after the slowdown", refused)
@@ -182,15 +185,26 @@ func TestClosedLoopRampNeverRefused(t *testing.T) {
 		service  time.Duration
 		callers  int
 		deadline time.Duration
+		cold     bool // no warm-up: the ramp is the server's first load
 	}{
-		{"pool, no deadline", 8, time.Millisecond, 512, 0},
-		{"pool, 1 s deadline", 8, time.Millisecond, 512, time.Second},
-		{"waiting 20 ms, 60 ms deadline", 10000, 20 * time.Millisecond, 128, 60 * time.Millisecond},
-		{"waiting 20 ms, no deadline", 10000, 20 * time.Millisecond, 512, 0},
+		{"pool, no deadline", 8, time.Millisecond, 512, 0, false},
+		{"pool, 1 s deadline", 8, time.Millisecond, 512, time.Second, false},
+		{"waiting 20 ms, 60 ms deadline", 10000, 20 * time.Millisecond, 128, 60 * time.Millisecond, false},
+		{"waiting 20 ms, no deadline", 10000, 20 * time.Millisecond, 512, 0, false},
+		{"cold, waiting 20 ms, 60 ms deadline", 10000, 20 * time.Millisecond, 128, 60 * time.Millisecond, true},
+		{"cold, pool, 1 s deadline", 8, time.Millisecond, 512, time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSim(t, Config{}, tc.workers, tc.service, 11)
-			s.closedRamp(4, 0, 0, 3*time.Second, tc.deadline) // the warm-up
+			if !tc.cold {
+				s.closedRamp(4, 0, 0, 3*time.Second, tc.deadline) // the warm-up
+			} else {
+				// A busy machine's latency: up to twice the service time,
+				// beyond the Target on its own.
+				s.service = func(r *rand.Rand) time.Duration {
+					return tc.service + time.Duration(r.Int64N(int64(tc.service)))
+				}
+			}
 			s.run(500 * time.Millisecond)
 			s.closedRamp(tc.callers, 500*time.Millisecond, 100*time.Millisecond, 3*time.Second, tc.deadline)
 			s.run(3 * time.Second)
@@ -205,7 +219,9 @@ func TestClosedLoopRampNeverRefused(t *testing.T) {
 			if refused != 0 {
 				t.Errorf("%d of %d refused", refused, refused+served)
 			}
-			if gone > served/100 {
+			// A waiter near its deadline goes in while the server serves
+			// in time: none of a ramp times out in the limiter.
+			if gone != 0 {
 				t.Errorf("%d of %d timed out waiting in the limiter", gone, served)
 			}
 		})

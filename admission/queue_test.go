@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"sync"
@@ -11,17 +12,40 @@ import (
 )
 
 // timerClock is a fake clock with timers (Timers): Advance fires the
-// timers that are due, in the goroutine that calls it.
+// timers that are due, in the goroutine that calls it, in the order of
+// their times.
 type timerClock struct {
 	*clock.Fake
 	mu     sync.Mutex
-	timers []*fakeTimer
+	timers timerHeap
+	seq    int
 }
 
 type fakeTimer struct {
 	at   time.Time
+	seq  int
 	f    func()
 	done bool
+}
+
+// timerHeap orders the pending timers by time, then by creation.
+type timerHeap []*fakeTimer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(*fakeTimer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return t
 }
 
 func newTimerClock() *timerClock {
@@ -31,8 +55,9 @@ func newTimerClock() *timerClock {
 func (c *timerClock) AfterFunc(d time.Duration, f func()) func() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &fakeTimer{at: c.Now().Add(d), f: f}
-	c.timers = append(c.timers, t)
+	c.seq++
+	t := &fakeTimer{at: c.Now().Add(d), seq: c.seq, f: f}
+	heap.Push(&c.timers, t)
 	return func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -47,8 +72,9 @@ func (c *timerClock) Advance(d time.Duration) {
 	now := c.Now()
 	var due []*fakeTimer
 	c.mu.Lock()
-	for _, t := range c.timers {
-		if !t.done && !t.at.After(now) {
+	for len(c.timers) > 0 && !c.timers[0].at.After(now) {
+		t := heap.Pop(&c.timers).(*fakeTimer)
+		if !t.done {
 			t.done = true
 			due = append(due, t)
 		}

@@ -33,6 +33,9 @@ type sim struct {
 	parked  []parkedReq
 	seq     int
 	results []simResult
+	// seenFromQueue is the Limiter's fromQueue when release last looked
+	// through the parked requests.
+	seenFromQueue int64
 	// onAnswer is called when a closed-loop caller's request is answered.
 	onAnswer func(caller int)
 	// fail, when set, says whether a request admitted now fails, and its
@@ -138,29 +141,33 @@ func (s *sim) run(end time.Duration) {
 // release answers the held refusals whose probe ended, and moves the
 // parked requests whose wait ended.
 func (s *sim) release() {
-	// The limiter admits the newest waiter first, and releases all when
-	// its state changes: the waits that ended are at the end. Deadlines
-	// pass oldest first: at the front.
-	for n := len(s.parked); n > 0; n = len(s.parked) {
-		r := s.parked[n-1]
-		select {
-		case <-r.w.ready:
-		default:
-			n = -1
+	// The waits that ended (admitted newest first, released all at
+	// once, or admitted before their deadline) go on. A wait ends only
+	// with a release (the newest is ready then) or an admission from the
+	// wait (fromQueue grows): look through all only then.
+	if n := len(s.parked); n > 0 && (s.l.fromQueue.Load() != s.seenFromQueue || isClosed(s.parked[n-1].w.ready)) {
+		s.seenFromQueue = s.l.fromQueue.Load()
+		parked := s.parked
+		s.parked = nil
+		var waiting []parkedReq
+		for _, r := range slices.Backward(parked) {
+			if !isClosed(r.w.ready) {
+				waiting = append(waiting, r)
+				continue
+			}
+			if p, err, settled := s.l.settle(r.w); settled && err != nil {
+				s.results = append(s.results, simResult{at: r.arrived, refused: true, class: r.class})
+				s.answered(r.caller)
+			} else if settled {
+				s.admitted(p, r.caller, r.class, r.arrived)
+			} else {
+				s.decide(r.caller, r.class, r.deadline, r.arrived)
+			}
 		}
-		if n < 0 {
-			break
-		}
-		s.parked = s.parked[:n-1]
-		if p, err, settled := s.l.settle(r.w); settled && err != nil {
-			s.results = append(s.results, simResult{at: r.arrived, refused: true, class: r.class})
-			s.answered(r.caller)
-		} else if settled {
-			s.admitted(p, r.caller, r.class, r.arrived)
-		} else {
-			s.decide(r.caller, r.class, r.deadline, r.arrived)
-		}
+		slices.Reverse(waiting)
+		s.parked = append(waiting, s.parked...)
 	}
+	// Deadlines pass oldest first: at the front.
 	for len(s.parked) > 0 {
 		r := s.parked[0]
 		if r.deadline.IsZero() || s.clk.Now().Before(r.deadline) {
@@ -174,7 +181,7 @@ func (s *sim) release() {
 		}
 		s.l.sq.mu.Unlock()
 		if closed {
-			break // admitted meanwhile: the loop above takes it next time
+			break // admitted meanwhile: the scan above takes it next time
 		}
 		s.parked = s.parked[1:]
 		s.results = append(s.results, simResult{at: r.arrived, gone: true, class: r.class})
@@ -211,6 +218,7 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 	p, w, err := s.l.gate(true, class, dl, at)
 	switch {
 	case w != nil:
+		s.l.admitBefore(w, class, dl) // its timer, as await sets it
 		s.parked = append(s.parked, parkedReq{w: w, caller: caller, class: class, arrived: arrived, deadline: dl})
 		return
 	case err == nil && p.l == nil:
@@ -332,4 +340,13 @@ func (s *sim) in(from, to time.Duration) (refused, served int, p99 time.Duration
 		p99 = lat[int(math.Ceil(0.99*float64(len(lat))))-1]
 	}
 	return refused, served, p99
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // The suspect phase: arrivals exceed completions, and the server cannot
@@ -13,10 +14,11 @@ import (
 // long arrivals exceed completions (which lag by one latency), exactly as
 // at the start of an open-loop overload. Refusing then would turn the
 // ramp into refusals that its callers send again at once. So a suspect
-// server refuses nothing: requests beyond the concurrency its throughput
-// needs (twice the completion rate times its latency without a queue,
-// recomputed every window) wait in the limiter, newest first, and each
-// completion admits one. A closed loop is then
+// server refuses nothing: requests beyond the concurrency it had when it
+// became suspect, or what its throughput needs if more (twice the
+// completion rate times its latency without a queue, recomputed every
+// window), wait in the limiter, newest first, and each completion admits
+// one. A closed loop is then
 // calm within a window or two (its arrivals follow its completions), and
 // everyone waiting is admitted. An open loop stays above its completions:
 // after suspectWindows windows in which its completions did not grow, or
@@ -69,7 +71,10 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	// times the latency without a queue, doubled; the requests in flight
 	// beyond that are queued in the handler, and adding more would only
 	// lengthen that queue.
-	l.suspectCap.Store(l.throughputNeed(per))
+	// At least what is in flight: the callers of a ramp are mostly in
+	// already, and holding them would only move their wait here, where
+	// a deadline can end it.
+	l.suspectCap.Store(max(l.throughputNeed(per), win.inflight))
 	expected := (win.inflight + 1) * per
 	l.suspectFor, l.suspectAll = 0, 0
 	l.suspectMax = min(max(suspectWindows, 2*expected/int64(l.cfg.Window)), suspectMaxWindows)
@@ -213,10 +218,14 @@ func (l *Limiter) suspectEnter(at int64) (Permit, *suspectWaiter, error) {
 	return Permit{}, w, nil
 }
 
-// await waits as w until it is admitted or released, or ctx ends.
+// await waits as w until it is admitted or released, or ctx ends, or
+// its deadline comes so close that it must go in (see admitBefore).
 // settled false means the wait ended undecided (the server became
 // overloaded, or is not suspect any more): the caller decides again.
-func (l *Limiter) await(ctx context.Context, w *suspectWaiter) (p Permit, err error, settled bool) {
+func (l *Limiter) await(ctx context.Context, w *suspectWaiter, c Class, deadline time.Time) (p Permit, err error, settled bool) {
+	if stop := l.admitBefore(w, c, deadline); stop != nil {
+		defer stop()
+	}
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
@@ -234,6 +243,53 @@ func (l *Limiter) await(ctx context.Context, w *suspectWaiter) (p Permit, err er
 		return Permit{}, ctx.Err(), true
 	}
 	return l.settle(w)
+}
+
+// admitBefore admits a waiter of class c beyond the cap when its
+// caller's deadline leaves only what serving it takes (three times the
+// base latency, or half of what was left when it began to wait if less),
+// provided the server serves in time now: the mean latency of the last
+// window fits both what is left and the overload rule's threshold for c.
+// A suspect server cannot yet tell a ramp from an overload; a request of
+// a ramp that waited until it could no longer be served would be refused
+// by the wait itself, which a closed loop must never see. A server whose
+// latency grew (it queues, or it slowed down) keeps its waiters. The
+// latency measured, not the one Little's law expects from the time per
+// completion: while the concurrency rises, that lags by a latency, and
+// at a server that waits (any concurrency, the same latency) it expects
+// several times the truth. It returns the timer's stop, or nil when
+// there is none.
+func (l *Limiter) admitBefore(w *suspectWaiter, c Class, deadline time.Time) (stop func() bool) {
+	if deadline.IsZero() {
+		return nil
+	}
+	left := deadline.Sub(l.wall(l.now()))
+	room := min(left/2, left-3*time.Duration(l.baseNow.Load()))
+	if room <= 0 {
+		l.admitWaiter(w, c, left)
+		return nil
+	}
+	return l.afterFunc(room, func() { l.admitWaiter(w, c, left-room) })
+}
+
+// admitWaiter gives w a slot beyond the cap if the server serves a
+// request of class c in time now (see admitBefore), unless its wait has
+// ended.
+func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
+	mean := l.lastMean.Load()
+	if mean == 0 || mean > int64(left) || mean > l.threshold[c].Load() {
+		return
+	}
+	l.sq.mu.Lock()
+	defer l.sq.mu.Unlock()
+	if w.closed || w.gone {
+		return
+	}
+	w.gone = true // out of the stack: dispatch and release skip it
+	l.inflight.Add(1)
+	l.fromQueue.Add(1)
+	w.admitted, w.closed = true, true
+	close(w.ready)
 }
 
 // settle is the outcome of a wait that ended: a slot, a refusal (the
