@@ -312,10 +312,11 @@ type Limiter struct {
 	probing    bool
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
-	probeRate  float64 // offered arrivals per nanosecond before the probe
-	suspectFor int64   // windows since the server became suspect in which its completions did not grow
-	suspectAll int64   // windows since the server became suspect
-	suspectMax int64   // suspectFor windows it may stay suspect before it is overloaded
+	probeRate  float64                // offered arrivals per nanosecond before the probe
+	suspectFor int64                  // windows since the server became suspect in which its completions did not grow
+	suspectAll int64                  // windows since the server became suspect
+	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
+	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the

@@ -79,7 +79,23 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.suspectFor, l.suspectAll = 0, 0
 	l.suspectMax = min(max(suspectWindows, 2*expected/int64(l.cfg.Window)), suspectMaxWindows)
 	l.calmRun = 0
+	l.held = [calmWindows + 1]int64{}
 	l.suspect.Store(true)
+}
+
+// heldFlat records what the server holds at the end of a suspect window
+// (in flight and waiting) and reports whether it grew by no more than
+// growthMargin over the last calmWindows windows. A closed loop holds
+// its callers, no more: once its ramp is over, what it holds stays put,
+// however bursty its completions, while an open loop's grows by its
+// excess every window. l.mu is held.
+func (l *Limiter) heldFlat(inflight int64) bool {
+	l.sq.mu.Lock()
+	held := inflight + int64(len(l.sq.waiters))
+	l.sq.mu.Unlock()
+	copy(l.held[:], l.held[1:])
+	l.held[calmWindows] = held
+	return l.suspectAll >= calmWindows && held <= l.held[0]+growthMargin
 }
 
 // throughputNeed is the concurrency the server's throughput needs, with
@@ -113,7 +129,14 @@ func (l *Limiter) whileSuspect(win window) {
 			growing = true
 		}
 	}
-	if calm(win) && l.calmLately() {
+	// Calm: what it holds stopped growing, or its arrivals did not exceed
+	// its completions over the last rateWindows windows together. Not
+	// per window: a saturated server on two cores completes in bursts
+	// (hundreds in one window, none in the next), and a closed loop's
+	// arrivals follow them a window later; per window, it would look
+	// calm only by chance, and its oldest waiters would wait the whole
+	// time.
+	if l.heldFlat(win.inflight) || l.calmLately() {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
