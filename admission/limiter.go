@@ -289,7 +289,7 @@ type Limiter struct {
 	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
 	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	baseNow    atomic.Int64                  // nanoseconds: the base the thresholds use
-	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with samples
+	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes
 	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
 	least      atomic.Int64                  // the least Measured latency of the window; 0: none
 	waitingN   atomic.Int64                  // requests in the queue or about to enter it
@@ -710,8 +710,11 @@ func (l *Limiter) whileNot(win window) {
 	// A server with no base yet (no window of minSamples successes) cannot
 	// tell its latency from a queue: it holds no one until it has one, a
 	// window or two into an open-loop overload.
+	// Nor does a server whose requests all failed in the window: it is
+	// failing, not busy, and holding its callers would only delay their
+	// failure (or send them all at once when it recovers).
 	per := l.perDone.Load()
-	if l.base == 0 || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
+	if l.base == 0 || win.least == 0 || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
 		return
 	}
 	l.becomeSuspect(win, per)

@@ -227,3 +227,42 @@ func TestClosedLoopRampNeverRefused(t *testing.T) {
 		})
 	}
 }
+
+// A dependency that goes down behind a server that holds its requests
+// for a while before failing them (a client waiting for its target to
+// come back) makes arrivals exceed completions for that long, at an open
+// loop's rate, as an overload would. But nothing succeeds: the server is
+// failing, not busy, and holding its callers in the limiter would only
+// delay their failure, or send them all at once when the dependency is
+// back. No request waits in the limiter for longer than it takes the
+// first failures to come back (one hold; a window without completions
+// is a slow server's too), where the limiter held them for 550 ms more,
+// and nothing is refused.
+func TestFailingServerHoldsNoOne(t *testing.T) {
+	s := newSim(t, Config{}, 10000, 5*time.Millisecond, 12)
+	down := false
+	s.fail = func() (bool, time.Duration) { return down, 250 * time.Millisecond }
+	s.open(100, 0, 2500*time.Millisecond, time.Second)
+	s.run(500 * time.Millisecond)
+	down = true
+	s.run(2 * time.Second)
+	down = false
+	s.run(3 * time.Second)
+	refused, _, _ := s.in(0, 3*time.Second)
+	var longest time.Duration
+	for _, r := range s.results {
+		if r.at >= 500*time.Millisecond && r.at < 2*time.Second {
+			longest = max(longest, r.latency)
+		}
+		if r.gone {
+			t.Errorf("a request of %v timed out waiting in the limiter", r.at)
+		}
+	}
+	t.Logf("refused %d, longest while down %v", refused, longest)
+	if refused != 0 {
+		t.Errorf("%d refused", refused)
+	}
+	if longest > 550*time.Millisecond {
+		t.Errorf("a request took %v while down, want at most two holds of 250 ms: it waited in the limiter", longest)
+	}
+}
