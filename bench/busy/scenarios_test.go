@@ -16,8 +16,13 @@ import (
 // tier processes (this test binary, see TestMain) with the project's own
 // fixed-concurrency load, and check the harness, not the library: the
 // processes start, every process's counters are collected, the tables
-// render, and none (retries off) has zero refusals and downs. The
-// library's targets (issue 19) are not asserted here.
+// render, and none (retries off) has zero refusals and downs. One
+// short run cannot hold the library to the targets of issue 19 (those are
+// medians of longer runs, bench/BUSY.md), but each test also asserts,
+// with room for a loaded machine, the side of each target that a defect
+// turns over: Recommended is silent where the chain is healthy or busy,
+// retries the random failures away, gets round one bad replica, and
+// refuses under real overload.
 
 // testParams are tiny scenarios: one caller count, one variant, loads of
 // half a second to a second, every request with a deadline.
@@ -153,6 +158,27 @@ func TestScenarioCapacity(t *testing.T) {
 		}
 	}
 	checkTables(t, out, 1)
+	// 10 % random failures at 8 callers: retried away, and no one refused
+	// or marked down.
+	for name, runs := range cases {
+		f, off := only(t, runs, "recommended"), only(t, runs, baseline)
+		if f.Success < 0.99 || f.Success < off.Success {
+			t.Errorf("%s, recommended: success %.4f (none %.4f), want >= 0.99 and >= none's", name, f.Success, off.Success)
+		}
+		if f.Admission != 0 || f.Throttled != 0 || f.Downs != 0 {
+			t.Errorf("%s, recommended: %d shed, %d throttled, %d downs; want none", name, f.Admission, f.Throttled, f.Downs)
+		}
+	}
+}
+
+// only returns the figures of a stack's single run over the whole load.
+func only(t *testing.T, runs map[string][]Run, stack string) Figures {
+	t.Helper()
+	rs := runs[stack]
+	if len(rs) != 1 {
+		t.Fatalf("%d runs of %s, want 1", len(rs), stack)
+	}
+	return figures(rs[0], 0, rs[0].Length)
 }
 
 func TestScenarioSlow(t *testing.T) {
@@ -165,6 +191,12 @@ func TestScenarioSlow(t *testing.T) {
 		}
 	}
 	checkTables(t, out, 1)
+	for name, runs := range cases {
+		f, off := only(t, runs, "recommended"), only(t, runs, baseline)
+		if f.Refusals != 0 || f.Downs != 0 || f.Success < off.Success {
+			t.Errorf("%s, recommended: %d refusals, %d downs, success %.4f (none %.4f); want none, none, >= none's", name, f.Refusals, f.Downs, f.Success, off.Success)
+		}
+	}
 }
 
 // TestScenarioReplicas: besides the harness's checks, order sends
@@ -188,6 +220,15 @@ func TestScenarioReplicas(t *testing.T) {
 		}
 	}
 	checkTables(t, out, 2) // the case and its slices
+	// One replica of three failing everything: with health checking, the
+	// chain routes round it within the second (issue 19: >= 99.5 % after
+	// the first second of longer runs; here the whole second counts).
+	for name, runs := range cases {
+		f, off := only(t, runs, "recommended-health"), only(t, runs, baseline)
+		if f.Success < 0.9 || f.Success < off.Success {
+			t.Errorf("%s, recommended-health: success %.4f (none %.4f), want >= 0.9", name, f.Success, off.Success)
+		}
+	}
 }
 
 func TestScenarioOverload(t *testing.T) {
@@ -209,6 +250,15 @@ func TestScenarioOverload(t *testing.T) {
 		}
 	}
 	checkTables(t, out, 3) // capacity, the factors, the slices of one
+	// Open-loop arrivals at twice the capacity: admission control refuses.
+	for name, runs := range cases {
+		if strings.HasPrefix(name, "overload capacity") {
+			continue
+		}
+		if f := only(t, runs, "recommended"); f.Admission == 0 {
+			t.Errorf("%s, recommended: nothing shed at twice the capacity", name)
+		}
+	}
 }
 
 // TestScenarioOutage: besides the harness's checks, the schedule
