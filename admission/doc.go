@@ -29,9 +29,14 @@
 // A closed loop that is still ramping up (a load test starting its
 // callers) looks like the start of an overload: a suspect server queues
 // rather than refuses until the arrivals have exceeded the completions
-// for long enough. A refused closed loop sends again at once, so that its
-// refused arrivals exceed its completions and it looks overloaded for
-// good; a probe tells it from an open loop (see Limiter).
+// for long enough. It is calm again, and admits everyone waiting, once
+// what it holds (in flight and waiting) stops growing; a waiter whose
+// deadline comes close goes in while the server serves in time; and a
+// server with no measured latency yet, or whose completions all fail
+// (failing, not busy), holds no one. A refused closed loop sends again
+// at once, so that its refused arrivals exceed its completions and it
+// looks overloaded for good; a probe tells it from an open loop (see
+// Limiter).
 //
 // Config.MaxInFlight adds a fixed cap, with an optional short queue
 // (Config.QueueSize; Limiter.Wait: CoDel-style timeouts, and the newest
