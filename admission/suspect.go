@@ -136,16 +136,15 @@ func (l *Limiter) whileSuspect(win window) {
 	// arrivals follow them a window later; per window, it would look
 	// calm only by chance, and its oldest waiters would wait the whole
 	// time.
-	// A window whose completions all failed: the server is failing, not
-	// busy (see whileNot). Its waiters go in, as if it had never been
-	// suspect. (Not a window without completions: a slow server has
-	// those.)
-	failing := win.done > 0 && win.least == 0
-	if l.heldFlat(win.inflight) || l.calmLately() || failing {
+	if l.heldFlat(win.inflight) || l.calmLately() {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
 	}
+	// A window whose completions all failed: the server is failing, not
+	// busy (see whileNot), and its waiters go in at once. (Not a window
+	// without completions: a slow server has those.)
+	failing := win.done > 0 && win.least == 0
 	if l.calmRun >= calmWindows || failing {
 		l.suspect.Store(false)
 		l.growthRun, l.calmRun = 0, 0
