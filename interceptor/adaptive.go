@@ -107,43 +107,79 @@ type connState interface {
 	GetState() connectivity.State
 }
 
-// initAdaptive finds the call's throttle.
-func (c *call) initAdaptive() {
-	if c.cfg.throttles != nil {
-		c.thr = c.cfg.throttles.Get(c.key)
-	}
-}
+// throttleGuard is a target's adaptive throttle as a mechanism.
+type throttleGuard adaptive.Throttle
 
-// admitAdaptive asks the throttle whether the next attempt may go out.
-// On refusal it returns the call's final error.
-func (c *call) admitAdaptive() error {
-	if c.thr == nil {
-		return nil
-	}
-	p, err := c.thr.Allow(c.attempt > 0)
+func (g *throttleGuard) throttle() *adaptive.Throttle { return (*adaptive.Throttle)(g) }
+
+// allow asks the throttle. A channel that broke while the target was down
+// and is ready again revives it without waiting for a probe (idle and
+// connecting say nothing: see reportConn); a first attempt refused
+// because the target is down is held (see holdDown).
+func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
+	t := g.throttle()
+	retry := a.n > 0
+	p, err := t.Allow(retry)
 	if errors.Is(err, adaptive.ErrDown) && c.conn != nil {
-		// A channel that broke while the target was down and is ready
-		// again revives it without waiting for a probe. Idle and
-		// connecting say nothing (see reportConn).
-		c.reportConn()
-		if !c.thr.Down() {
-			p, err = c.thr.Allow(c.attempt > 0)
+		reportConn(t, c.conn)
+		if !t.Down() {
+			p, err = t.Allow(retry)
 		}
 	}
-	if errors.Is(err, adaptive.ErrDown) && c.attempt == 0 && c.holdDown() {
-		p, err = c.thr.Allow(false)
+	if errors.Is(err, adaptive.ErrDown) && !retry && c.holdDown(t) {
+		p, err = t.Allow(false)
 	}
 	if err != nil {
 		if c.cfg.observer != nil {
-			c.observe(Event{Kind: EventThrottled, Attempt: c.attempt, Probability: c.thr.Stats().Probability})
+			c.observe(Event{Kind: EventThrottled, Attempt: a.n, Probability: t.Stats().Probability})
 		}
-		return c.stop(StopThrottled)
+		return StopThrottled
 	}
 	if p.Probe() {
-		c.observe(Event{Kind: EventProbe, Attempt: c.attempt})
+		c.observe(Event{Kind: EventProbe, Attempt: a.n})
 	}
-	c.tp = p
-	return nil
+	a.thr = p
+	return 0
+}
+
+// done reports the outcome (see outcomeKind.forThrottle). Before an
+// overload it tells the throttle whether the channel is connected. A
+// "do not retry" answer to a probe revives a down target: it answers, so
+// it was down only because calls through it hung (a hang below reaches
+// every tier's caller at the same deadline); revived, it carries the
+// traffic whose own probes find out when the tier below is back, where
+// left down, the probes of each tier multiply (5 % of 5 % of 5 %) and a
+// chain recovers from a hang only after seconds.
+func (g *throttleGuard) done(c *call, a *attempt, o outcome) {
+	t := g.throttle()
+	p := a.thr
+	a.thr = adaptive.Permit{}
+	to := o.kind.forThrottle()
+	switch {
+	case o.kind == outcomeDontRetry && p.Probe():
+		t.Revive()
+	case to == adaptive.Overload && c.conn != nil:
+		reportConn(t, c.conn)
+	}
+	p.Done(to)
+	c.retryNow = c.attempt == 1 && t.Healthy()
+}
+
+// retry refuses a retry into a target that is not healthy, before the
+// budget is spent and the wait begins.
+func (g *throttleGuard) retry(*call) StopReason {
+	if !g.throttle().RetryAllowed() {
+		return StopThrottled
+	}
+	return 0
+}
+
+// answered: a stream that a down target answers proves it alive at once,
+// not when the stream ends (which may be never).
+func (g *throttleGuard) answered(*call, *attempt) {
+	if t := g.throttle(); t.Down() {
+		t.Revive()
+	}
 }
 
 // holdDown holds a first attempt refused because its target is down, up
@@ -153,21 +189,21 @@ func (c *call) admitAdaptive() error {
 // at a fixed concurrency so waits instead of spinning on refusals, and
 // after the outage its request goes out instead of failing before the
 // first probe or health trial.
-func (c *call) holdDown() bool {
-	d := c.thr.Hold()
+func (c *call) holdDown(t *adaptive.Throttle) bool {
+	d := t.Hold()
 	if dl, ok := c.ctx.Deadline(); ok {
 		d = min(d, time.Until(dl))
 	}
 	if d <= 0 {
 		return false
 	}
-	if c.cfg.hold(c.ctx, d, c.thr.Back()) != nil {
+	if c.cfg.hold(c.ctx, d, t.Back()) != nil {
 		return false
 	}
 	if c.conn != nil {
-		c.reportConn()
+		reportConn(t, c.conn)
 	}
-	return !c.thr.Down()
+	return !t.Down()
 }
 
 // holdCtx waits for d, back to close, or ctx to end, whichever comes
@@ -184,50 +220,6 @@ func holdCtx(ctx context.Context, d time.Duration, back <-chan struct{}) error {
 	return nil
 }
 
-// adaptiveRefusesRetry reports whether the throttle would refuse a retry
-// now, so that the call stops before it spends the budget and waits.
-func (c *call) adaptiveRefusesRetry() bool {
-	return c.thr != nil && !c.thr.RetryAllowed()
-}
-
-// settleAdaptive reports the attempt that ended with err to the throttle:
-// see WithAdaptive for what counts as overload. failure is the breaker's
-// judgement (a hang until the caller's deadline included); busy means the
-// target's admission control refused the attempt; ignored means the
-// caller cancelled, which says nothing about the target.
-func (c *call) settleAdaptive(err error, failure, busy, dontRetry, ignored bool) {
-	if c.thr == nil {
-		return
-	}
-	p := c.tp
-	c.tp = adaptive.Permit{}
-	switch {
-	case ignored:
-	case busy:
-		p.Done(adaptive.Busy)
-	case dontRetry && err != nil:
-		// A live target whose own dependency failed: no sign of
-		// overload here, and no sign of health either. But a probe so
-		// answered shows that the target answers: it was marked down
-		// because calls through it hung (a hang below reaches every
-		// tier's caller at the same deadline), and it is not down.
-		// Revived, it carries the traffic whose own probes find out when
-		// the tier below is back; left down, the probes of each tier
-		// multiply (5 % of 5 % of 5 %) and a chain recovers from a hang
-		// only after seconds.
-		if p.Probe() {
-			c.thr.Revive()
-		}
-	case failure:
-		if c.conn != nil {
-			c.reportConn()
-		}
-		p.Done(adaptive.Overload)
-	default:
-		p.Done(adaptive.Accept)
-	}
-}
-
 // reportConn tells the throttle, before a failure is reported, whether
 // the call's channel is connected. A failure with the channel broken (in
 // transient failure: it could not connect, or the server's health check
@@ -238,11 +230,11 @@ func (c *call) settleAdaptive(err error, failure, busy, dontRetry, ignored bool)
 // test's fake invoker never used), or is reconnecting after a lost
 // connection, which usually takes milliseconds, and calls made meanwhile
 // wait for it rather than fail.
-func (c *call) reportConn() {
-	switch c.conn.GetState() {
+func reportConn(t *adaptive.Throttle, conn connState) {
+	switch conn.GetState() {
 	case connectivity.Ready:
-		c.thr.Connectivity(true)
+		t.Connectivity(true)
 	case connectivity.TransientFailure, connectivity.Shutdown:
-		c.thr.Connectivity(false)
+		t.Connectivity(false)
 	}
 }

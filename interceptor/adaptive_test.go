@@ -259,16 +259,16 @@ func TestAdaptiveRevivedByReadyChannel(t *testing.T) {
 		c.conn = conn
 		return c
 	}
-	if err := newCall().admitAdaptive(); !errors.Is(err, adaptive.ErrThrottled) {
+	if err := newCall().begin(&attempt{}); !errors.Is(err, adaptive.ErrThrottled) {
 		t.Fatalf("admit with the channel broken: got %v, want refused", err)
 	}
 	conn.state = connectivity.Ready
-	c := newCall()
-	if err := c.admitAdaptive(); err != nil {
+	var a attempt
+	if err := newCall().begin(&a); err != nil {
 		t.Fatalf("admit with the channel ready again: %v", err)
 	}
-	if th.Down() || c.tp.Probe() {
-		t.Errorf("down %v, probe %v after the channel came back: want up, not a probe", th.Down(), c.tp.Probe())
+	if th.Down() || a.thr.Probe() {
+		t.Errorf("down %v, probe %v after the channel came back: want up, not a probe", th.Down(), a.thr.Probe())
 	}
 }
 

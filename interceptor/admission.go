@@ -131,37 +131,41 @@ func (r AdmissionReason) String() string {
 	return "AdmissionReason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// admitted is an admitted request; the zero value (no admission control)
-// does nothing.
-type admitted struct{ p admission.Permit }
+// admissionGuard is admission control as a mechanism of the server
+// interceptors.
+type admissionGuard admission.Limiter
+
+func (g *admissionGuard) limiter() *admission.Limiter { return (*admission.Limiter)(g) }
 
 // done releases a unary call's slot when its handler returned err: a
-// success is a sample of the server's latency, a failure a completion
-// only (fast failures would make the latency look shorter than it is).
-func (a admitted) done(err error) {
-	if err == nil {
-		a.p.Release(admission.Measured)
-	} else {
-		a.p.Release(admission.Failed)
+// success is a sample of the server's latency, a failure (a panic
+// included) a completion only, since fast failures would make the latency
+// look shorter than it is.
+func (g *admissionGuard) done(_ *server, sc *stateCtx, err error) {
+	p := sc.st.permit
+	sc.st.permit = admission.Permit{}
+	switch err {
+	case nil:
+		p.Release(admission.Measured)
+	case errNotRun:
+		p.Release(admission.Ignored)
+	default:
+		p.Release(admission.Failed)
 	}
 }
 
-// started releases a stream's slot as soon as the stream was admitted,
-// counting it for nothing: see WithAdmission.
-func (a admitted) started() { a.p.Release(admission.Ignored) }
-
-// admit asks the limiter whether the request sc serves may run. On a
-// refusal it sets the pushback trailer (on ss, or on the unary call when
-// ss is nil) and returns the error the call must end with.
-func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admitted, error) {
-	l := s.admission
-	if l == nil {
-		return admitted{}, nil
-	}
+// admit asks the limiter whether the request sc serves may run. A unary
+// call holds its slot until its handler returns; a stream's start only
+// takes one and releases it at once, counting for nothing (see
+// WithAdmission). On a refusal it sets the pushback trailer (on ss, or on
+// the unary call when ss is nil) and returns the error the call must end
+// with.
+func (g *admissionGuard) admit(s *server, sc *stateCtx, method string, ss grpc.ServerStream) error {
+	l := g.limiter()
 	if err := sc.Err(); err != nil {
 		err = status.FromContextError(err).Err()
 		s.refused(sc, method, AdmissionCallerGone, status.Code(err), 0)
-		return admitted{}, err
+		return err
 	}
 	dl, _ := sc.Deadline()
 	class := admission.ClassFirst
@@ -172,15 +176,25 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 		class = admission.ClassOf(in.Attempt, in.UpstreamRetries)
 	}
 	p, err := l.Wait(sc, class, dl)
-	if err == nil {
-		return admitted{p: p}, nil
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case err == nil && ss != nil:
+		p.Release(admission.Ignored)
+		return nil
+	case err == nil:
+		sc.st.permit = p
+		return nil
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		// The caller left while the request waited in the queue.
 		err = status.FromContextError(err).Err()
 		s.refused(sc, method, AdmissionCallerGone, status.Code(err), 0)
-		return admitted{}, err
+		return err
 	}
+	return s.refuse(sc, method, ss, l, err)
+}
+
+// refuse answers a request that the limiter refused with err: the
+// pushback trailer with the shed mark, the event, and the error.
+func (s *server) refuse(sc *stateCtx, method string, ss grpc.ServerStream, l *admission.Limiter, err error) error {
 	reason, pb, msg := AdmissionDeadline, int64(-1), "stormguard: admission: overloaded, deadline shorter than the expected latency"
 	retryHere := true
 	switch {
@@ -206,7 +220,7 @@ func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) (admit
 		_ = grpc.SetTrailer(sc, md)
 	}
 	s.refused(sc, method, reason, codes.Unavailable, time.Duration(pb)*time.Millisecond)
-	return admitted{}, status.Error(codes.Unavailable, msg)
+	return status.Error(codes.Unavailable, msg)
 }
 
 // pushback returns the delay, in milliseconds, that a refused first

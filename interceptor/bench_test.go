@@ -14,19 +14,20 @@ import (
 )
 
 // happyStacks are the configurations the happy-path benchmarks compare,
-// on a chain of the given tiers over bufconn: no interceptor,
-// Recommended(), and the budget-and-breaker stack; each tier gets its own
-// interceptors, as separate processes would.
+// on a bare chain (no interceptor of the harness's own) of the given tiers
+// over bufconn: no interceptor, Recommended(), and the budget-and-breaker
+// stack; each tier gets its own interceptors, as separate processes would.
 func happyStacks(tiers []string) map[string]testsvc.Config {
 	stack := func(opts func() []Option) testsvc.Config {
 		return testsvc.Config{
 			Tiers:         tiers,
+			Bare:          true,
 			DialOptions:   func(int) []grpc.DialOption { return DialOptions(opts()...) },
 			ServerOptions: func(int) []grpc.ServerOption { return ServerOptions(opts()...) },
 		}
 	}
 	return map[string]testsvc.Config{
-		"none":        {Tiers: tiers},
+		"none":        {Tiers: tiers, Bare: true},
 		"recommended": stack(Recommended),
 		"breaker": stack(func() []Option {
 			set, _ := breaker.NewSet(breaker.Config{}, 0)

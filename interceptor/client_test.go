@@ -21,8 +21,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// attempt is what the fake invoker saw of one attempt.
-type attempt struct {
+// seenAttempt is what the fake invoker saw of one attempt.
+type seenAttempt struct {
 	md          metadata.MD
 	hasDeadline bool
 	deadline    time.Duration // remaining at the attempt (may be below 0 on a slow machine)
@@ -33,7 +33,7 @@ type attempt struct {
 type fakeInvoker struct {
 	results   []error
 	pushbacks []string
-	seen      []attempt
+	seen      []seenAttempt
 	// hang makes the attempts wait for their context to end.
 	hang bool
 }
@@ -41,7 +41,7 @@ type fakeInvoker struct {
 func (f *fakeInvoker) invoke(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
 	i := len(f.seen)
 	md, _ := metadata.FromOutgoingContext(ctx)
-	a := attempt{md: md}
+	a := seenAttempt{md: md}
 	if dl, ok := ctx.Deadline(); ok {
 		a.hasDeadline, a.deadline = true, time.Until(dl)
 	}

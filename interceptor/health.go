@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
@@ -148,6 +149,18 @@ func (sh *selfHealth) setObserver(o Observer) {
 	sh.mu.Lock()
 	sh.observer = o
 	sh.mu.Unlock()
+}
+
+// admit lets every request run: the server's health is for its callers'
+// balancers to read, not a gate.
+func (sh *selfHealth) admit(*server, *stateCtx, string, grpc.ServerStream) error { return nil }
+
+// done records the handler's answer (a panic or a request not run is
+// none).
+func (sh *selfHealth) done(s *server, sc *stateCtx, err error) {
+	if err != errPanicked && err != errNotRun {
+		sh.record(sc, err, s.retryable)
+	}
 }
 
 // record reports an answer of the handler: see WithHealth for what

@@ -125,8 +125,9 @@ func TestAdaptiveIdleChannelDoesNotRevive(t *testing.T) {
 		c := &call{}
 		c.init(ctxTimeout(t, time.Minute), &cfg, "payment", "/svc/M")
 		c.conn = conn
-		err := c.admitAdaptive()
-		c.tp.Done(adaptive.Ignored)
+		var a attempt
+		err := c.begin(&a)
+		a.thr.Done(adaptive.Ignored)
 		return err
 	}
 	if err := admit(); !errors.Is(err, adaptive.ErrThrottled) {

@@ -24,7 +24,7 @@ func New(opts ...Option) (*Interceptors, error) {
 	if cfg.health != nil && cfg.observer != nil {
 		cfg.health.setObserver(cfg.observer)
 	}
-	return &Interceptors{client: client{cfg: cfg}, server: server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission, health: cfg.health, rand: cfg.rand}}, nil
+	return &Interceptors{client: client{cfg: cfg}, server: newServer(&cfg)}, nil
 }
 
 // UnaryClient returns the unary client interceptor.

@@ -28,10 +28,11 @@ func methodKey(target, method string) string {
 }
 
 // limiterSet holds one limiter per key, created on first use, at most max
-// of them (see keyed.Map for which one a new key replaces).
+// of them (see keyed.Map for which one a new key replaces), each wrapped
+// once as the mechanism of the calls to its key.
 type limiterSet struct {
 	newLimiter func() (budget.Limiter, error)
-	m          keyed.Map[budget.Limiter]
+	m          keyed.Map[*limiterGuard]
 }
 
 func newLimiterSet(newLimiter func() (budget.Limiter, error), maxKeys int) *limiterSet {
@@ -40,9 +41,9 @@ func newLimiterSet(newLimiter func() (budget.Limiter, error), maxKeys int) *limi
 	return s
 }
 
-func (s *limiterSet) get(key string) budget.Limiter {
-	if l, ok := s.m.Load(key); ok {
-		return l
+func (s *limiterSet) get(key string) *limiterGuard {
+	if g, ok := s.m.Load(key); ok {
+		return g
 	}
 	l, err := s.newLimiter()
 	if err != nil || l == nil {
@@ -51,11 +52,13 @@ func (s *limiterSet) get(key string) budget.Limiter {
 		// than fail calls.
 		return nil
 	}
-	return s.m.Get(key, func() budget.Limiter { return l })
+	return s.m.Get(key, func() *limiterGuard { return &limiterGuard{l} })
 }
 
 // len returns the number of limiters in the set.
 func (s *limiterSet) len() int { return s.m.Len() }
 
 // Range calls f for each key and limiter, for metrics.
-func (s *limiterSet) Range(f func(key string, l budget.Limiter) bool) { s.m.Range(f) }
+func (s *limiterSet) Range(f func(key string, l budget.Limiter) bool) {
+	s.m.Range(func(key string, g *limiterGuard) bool { return f(key, g.Limiter) })
+}

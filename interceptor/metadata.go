@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc/metadata"
+
+	"github.com/stormguard/stormguard/admission"
 )
 
 // The metadata protocol. Keys are lower case, as gRPC requires.
@@ -62,7 +64,8 @@ type Info struct {
 // caller "do not retry".
 type serverState struct {
 	gaveUp atomic.Bool
-	epoch  uint64 // WithHealth: the Serving's epoch when the request started
+	epoch  uint64           // WithHealth: the Serving's epoch when the request started
+	permit admission.Permit // WithAdmission: a unary call's slot until its handler returns
 
 	// The Info is parsed on first use (Info): a leaf tier that calls no
 	// one, has no observer and is not overloaded never reads the five

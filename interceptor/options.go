@@ -73,6 +73,9 @@ type config struct {
 	observer          Observer
 	admission         *admission.Limiter
 	health            *selfHealth
+	// mechanisms make the per-target mechanisms of a call, in the order
+	// they are asked (see buildMechanisms).
+	mechanisms []mechanismFor
 
 	// limiterBy names the retry limiter option that set limiters, to
 	// refuse a second one.
@@ -120,6 +123,7 @@ func newConfig(opts []Option) (config, error) {
 	if err := cfg.applyAll(opts); err != nil {
 		return cfg, err
 	}
+	cfg.buildMechanisms()
 	return cfg, cfg.check()
 }
 

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"errors"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,6 +40,62 @@ type server struct {
 	admission   *admission.Limiter
 	health      *selfHealth    // WithHealth
 	rand        func() float64 // the jitter of admission's pushback
+	// mechs are asked, in order, whether a request may run, and told how
+	// its handler ended (see serverMechanism).
+	mechs []serverMechanism
+}
+
+// serverMechanism is one mechanism of the server interceptors: admission
+// control, the server's own health. The interceptors ask each in turn
+// whether a request may run, and tell each how its handler ended; they
+// know none of them.
+type serverMechanism interface {
+	// admit reports whether the request sc serves may run: nil, or the
+	// error it ends with (its trailer set on ss, or on the unary call
+	// when ss is nil). A mechanism's refusal tells those before it
+	// errNotRun.
+	admit(s *server, sc *stateCtx, method string, ss grpc.ServerStream) error
+	// done reports how the handler ended: its error, errPanicked, or
+	// errNotRun.
+	done(s *server, sc *stateCtx, err error)
+}
+
+var (
+	// errPanicked is what the mechanisms hear of a handler that panicked.
+	errPanicked = errors.New("stormguard: the handler panicked")
+	// errNotRun is what they hear of a request a later mechanism refused.
+	errNotRun = errors.New("stormguard: the request was refused before its handler")
+)
+
+// newServer builds the server interceptors' state from cfg.
+func newServer(cfg *config) server {
+	s := server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission, health: cfg.health, rand: cfg.rand}
+	if cfg.admission != nil {
+		s.mechs = append(s.mechs, (*admissionGuard)(cfg.admission))
+	}
+	if cfg.health != nil {
+		s.mechs = append(s.mechs, cfg.health)
+	}
+	return s
+}
+
+// admit asks every mechanism whether the request sc serves may run.
+func (s *server) admit(sc *stateCtx, method string, ss grpc.ServerStream) error {
+	for i, m := range s.mechs {
+		if err := m.admit(s, sc, method, ss); err != nil {
+			s.done(sc, s.mechs[:i], errNotRun)
+			return err
+		}
+	}
+	return nil
+}
+
+// done tells the mechanisms ms how the handler ended, the last asked
+// first.
+func (s *server) done(sc *stateCtx, ms []serverMechanism, err error) {
+	for i := len(ms) - 1; i >= 0; i-- {
+		ms[i].done(s, sc, err)
+	}
 }
 
 // dontRetry is the trailer that tells the caller not to retry.
@@ -90,41 +147,41 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return handler(ctx, req)
 	}
 	sc := s.begin(ctx, info.FullMethod)
-	a, err := s.admit(sc, info.FullMethod, nil)
-	if err != nil {
+	if err := s.admit(sc, info.FullMethod, nil); err != nil {
 		return nil, err
 	}
 	returned := false
 	defer func() {
-		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
-			_ = grpc.SetTrailer(sc, dontRetry)
+		if !returned {
+			s.panicked(sc, info.FullMethod, func() { _ = grpc.SetTrailer(sc, dontRetry) })
 		}
 	}()
-	defer func() { a.done(err) }()
 	resp, err = handler(sc, req)
 	returned = true
-	s.health.record(sc, err, s.retryable)
+	s.done(sc, s.mechs, err)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		_ = grpc.SetTrailer(sc, dontRetry)
 	}
 	return resp, err
 }
 
-// dontRetryOnPanic reports whether a handler that panics must still send
-// the "do not retry" trailer: one of its calls gave up. The interceptors
-// set it from a deferred function and let the panic go on. A recovery
-// interceptor further out may turn the panic into a retryable code; without the trailer the tier above would retry a
-// request this tier already retried. The code is unknown here, so the
-// trailer goes out whatever it will be (a caller ignores it on a code it
-// does not retry anyway).
-func (s *server) dontRetryOnPanic(sc *stateCtx, method string) bool {
+// panicked handles a handler that panics, from a deferred function that
+// lets the panic go on: the mechanisms hear errPanicked, and if one of
+// the handler's calls gave up, setTrailer sends "do not retry". A recovery
+// interceptor further out may turn the panic into a retryable code;
+// without the trailer the tier above would retry a request this tier
+// already retried. The code is unknown here, so the trailer goes out
+// whatever it will be (a caller ignores it on a code it does not retry
+// anyway).
+func (s *server) panicked(sc *stateCtx, method string, setTrailer func()) {
+	s.done(sc, s.mechs, errPanicked)
 	if !sc.st.gaveUp.Load() {
-		return false
+		return
 	}
 	if s.observer != nil {
 		s.observer.Observe(sc, Event{Kind: EventPushbackSent, Method: method, Code: codes.Unknown, Info: sc.st.Info()})
 	}
-	return true
+	setTrailer()
 }
 
 // StreamServerInterceptor returns the server interceptor for streams: the
@@ -155,20 +212,18 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return handler(srv, ss)
 	}
 	sc := s.begin(ss.Context(), info.FullMethod)
-	a, err := s.admit(sc, info.FullMethod, ss)
-	if err != nil {
+	if err := s.admit(sc, info.FullMethod, ss); err != nil {
 		return err
 	}
-	a.started() // a stream's start only takes a slot: see admitted.started
 	returned := false
 	defer func() {
-		if !returned && s.dontRetryOnPanic(sc, info.FullMethod) {
-			ss.SetTrailer(dontRetry)
+		if !returned {
+			s.panicked(sc, info.FullMethod, func() { ss.SetTrailer(dontRetry) })
 		}
 	}()
-	err = handler(srv, &serverStream{ServerStream: ss, ctx: sc})
+	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
 	returned = true
-	s.health.record(sc, err, s.retryable)
+	s.done(sc, s.mechs, err)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {
 		ss.SetTrailer(dontRetry)
 	}

@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/stormguard/stormguard/breaker"
 )
 
 // DefaultReplayBufferSize is the default limit of the replay buffer of a
@@ -141,57 +139,44 @@ type retryStream struct {
 }
 
 // streamAttempt is one attempt of a stream: its gRPC stream, the cancel of
-// its context, and its breaker permit until the outcome is reported.
+// its context, and what the mechanisms keep for it until its outcome is
+// reported.
 type streamAttempt struct {
+	attempt
 	cs      grpc.ClientStream
 	cancel  context.CancelFunc
-	permit  breaker.Permit // guarded by retryStream.mu
-	settled bool           // the permit's outcome was reported; guarded by retryStream.mu
+	settled bool // its outcome was reported, or is being; guarded by retryStream.mu
 }
 
-// take hands out a's permit for its outcome, once; later calls get the
-// zero Permit, whose Done does nothing. If abandoned took it, take waits
-// until that outcome is reported, so that the breaker has counted the
-// attempt when the application learns how it ended.
-func (s *retryStream) take(a *streamAttempt) breaker.Permit {
+// settle reports a's outcome o to the mechanisms, once. If abandoned
+// reports it, settle waits until that is done, so that the mechanisms
+// have counted the attempt when the application learns how it ended.
+func (s *retryStream) settle(a *streamAttempt, o outcome) {
 	s.mu.Lock()
 	if a.settled {
 		s.mu.Unlock()
 		s.reporting.Wait()
-		return breaker.Permit{}
+		return
 	}
 	a.settled = true
 	s.mu.Unlock()
-	return a.permit
+	s.c.report(&a.attempt, o)
 }
 
-// answered notes that the target answered a (a header or a message) and
-// reports a half-open probe as a success at once, so that a long-lived
-// stream does not hold one of the breaker's few probe slots for its whole
-// life.
-//
-// An answer also proves the target alive to the adaptive throttle: a
-// probe stream that the target answers revives it at once, not when the
-// stream ends (which may be never).
-func (s *retryStream) answered(a *streamAttempt) {
-	s.c.answered.Store(true)
-	if thr := s.c.thr; thr != nil && thr.Down() {
-		thr.Revive()
-	}
-	s.mu.Lock()
-	probe := !a.settled && a.permit.Probe()
-	if probe {
-		a.settled = true
-	}
-	s.mu.Unlock()
-	if probe {
-		a.permit.Done(breaker.Success)
-	}
+// ended settles a, which ended with err, and returns its outcome.
+func (s *retryStream) ended(a *streamAttempt, err error) outcome {
+	o := s.c.classify(&a.attempt, err, a.cs.Trailer())
+	s.settle(a, o)
+	return o
 }
+
+// answered notes that the target answered a (a header or a message): the
+// mechanisms hear it at once (see answerer).
+func (s *retryStream) answered(a *streamAttempt) { s.c.answered(&a.attempt) }
 
 // abandoned reports the outcome of an attempt whose context ended before
-// its status was read: the caller cancelled (Ignored), or its deadline
-// expired before the target answered (a hang: Failure; see call.settle).
+// its status was read: the caller cancelled, or its deadline expired
+// (before the target answered: a hang).
 func (s *retryStream) abandoned(a *streamAttempt) {
 	s.mu.Lock()
 	if a.settled {
@@ -202,17 +187,17 @@ func (s *retryStream) abandoned(a *streamAttempt) {
 	s.reporting.Add(1)
 	s.mu.Unlock()
 	defer s.reporting.Done()
-	if s.c.hung() {
-		a.permit.Done(breaker.Failure)
-		return
+	var o outcome // nothing: the attempt's own context, cancelled by us
+	if cerr := s.c.ctx.Err(); cerr != nil {
+		o = s.c.classify(&a.attempt, status.FromContextError(cerr).Err(), nil)
 	}
-	a.permit.Done(breaker.Ignored)
+	s.c.report(&a.attempt, o)
 }
 
 // open starts one attempt and replays the buffered messages into it. It
 // reports whether the attempt is in place; if not, the wait before the
-// next try, or the call's final error. The breaker permit is released on
-// every way out, a panic in the streamer or in the replay included.
+// next try, or the call's final error. The mechanisms hear of the attempt
+// on every way out, a panic in the streamer or in the replay included.
 func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 	if s.isCommitted() {
 		// The stream committed while a retry was waiting (its replay
@@ -220,77 +205,81 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 		// longer be replayed.
 		return false, 0, s.c.stop(StopCommitted)
 	}
-	permit, err := s.c.admit()
-	if err != nil {
+	a := &streamAttempt{}
+	if err := s.c.begin(&a.attempt); err != nil {
 		return false, 0, err
 	}
-	held, cancel := permit, context.CancelFunc(nil)
-	defer func() { // only on a panic: both are cleared on the way out
-		if cancel != nil {
-			cancel()
+	placed := false
+	defer func() {
+		if !placed { // a panic, or an attempt dropped: it counts for nothing
+			s.settle(a, outcome{})
+			if a.cancel != nil {
+				a.cancel()
+			}
 		}
-		held.Done(breaker.Ignored)
 	}()
 	mctx, _ := s.c.attemptContext(false)
 	actx, acancel := context.WithCancel(mctx)
-	cancel = acancel
+	a.cancel = acancel
 	cs, err := s.streamer(actx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
+		placed = true
+		o := s.c.classify(&a.attempt, err, nil)
+		s.settle(a, o)
 		acancel()
-		held, cancel = breaker.Permit{}, nil
-		wait, err := s.c.after(permit, err, nil)
+		wait, err := s.c.next(err, o)
 		return false, wait, err
 	}
-	a := &streamAttempt{cs: cs, cancel: acancel, permit: permit}
-	// From here a holds the permit. An attempt abandoned by its caller
-	// (context done, RecvMsg never called again) must not keep it: a
-	// half-open probe would hold its slot forever.
-	held = breaker.Permit{}
+	a.cs = cs
+	// An attempt abandoned by its caller (context done, RecvMsg never
+	// called again) must not keep its permits: a half-open probe would
+	// hold its slot forever.
 	context.AfterFunc(actx, func() { s.abandoned(a) })
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	// The stream may commit while this attempt opens (Context, Trailer,
-	// a send that outgrows the buffer): then the attempt is dropped
-	// unused, before and after the replay, and the stream ends with the
-	// last attempt's error. An attempt installed after the commit would
-	// be a retry after it, behind the context the caller holds.
-	dropCommitted := func() (bool, time.Duration, error) {
-		acancel()
-		cancel = nil
-		s.take(a).Done(breaker.Ignored)
+	if !s.replayInto(a) {
 		return false, 0, s.c.stop(StopCommitted)
 	}
+	placed = true
+	return true, 0, nil
+}
+
+// replayInto sends the buffered messages (and the half-close) on a, and
+// installs it as the current attempt. The stream may commit meanwhile
+// (Context, Trailer, a send that outgrows the buffer): then a is dropped
+// unused, before and after the replay, and replayInto returns false. An
+// attempt installed after the commit would be a retry after it, behind
+// the context the caller holds.
+func (s *retryStream) replayInto(a *streamAttempt) bool {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	committed, buf := s.committed, s.buf
 	s.mu.Unlock()
 	if committed {
-		return dropCommitted()
+		return false
 	}
 	// An error here means the attempt ended already; its status comes
 	// from RecvMsg, which then retries. buf is a snapshot: messages are
 	// only appended under sendMu, and the commit drops the slice without
 	// touching it.
 	for _, m := range buf {
-		if cs.SendMsg(m) != nil {
+		if a.cs.SendMsg(m) != nil {
 			break
 		}
 	}
 	if s.halfClosed {
-		_ = cs.CloseSend()
+		_ = a.cs.CloseSend()
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.committed {
-		s.mu.Unlock()
-		return dropCommitted()
+		return false
 	}
 	s.cur = a
 	if s.replaced != nil {
 		close(s.replaced)
 		s.replaced = nil
 	}
-	s.mu.Unlock()
-	cancel = nil
-	return true, 0, nil
+	return true
 }
 
 func (s *retryStream) isCommitted() bool {
@@ -342,17 +331,15 @@ func (s *retryStream) markFinished() {
 }
 
 // end finishes a stream that succeeded (err nil or io.EOF) or failed after
-// its commit: the outcome goes to the breaker and the limiter, and a
-// retryable failure that could no longer be retried marks the request
-// this call serves.
+// its commit: the outcome goes to the mechanisms, and a retryable failure
+// that could no longer be retried marks the request this call serves.
 func (s *retryStream) end(a *streamAttempt, err error) error {
 	defer a.cancel()
 	if err == nil || errors.Is(err, io.EOF) {
-		s.c.settle(s.take(a), nil, a.cs.Trailer())
+		s.ended(a, nil)
 		return err
 	}
-	s.c.settle(s.take(a), err, a.cs.Trailer())
-	if s.c.retryable(status.Code(err)) {
+	if s.ended(a, err).mayRetry() {
 		s.c.last = err
 		s.c.giveUp(StopCommitted)
 	}

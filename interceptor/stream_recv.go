@@ -6,8 +6,6 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/emptypb"
-
-	"github.com/stormguard/stormguard/breaker"
 )
 
 // RecvMsg receives from the current attempt. A retryable failure before
@@ -42,7 +40,7 @@ func (s *retryStream) release(returned *bool) {
 	<-s.drive
 	if !*returned {
 		a := s.current()
-		s.take(a).Done(breaker.Ignored)
+		s.settle(a, outcome{})
 		a.cancel()
 	}
 }
@@ -85,7 +83,7 @@ func (s *retryStream) failed(a *streamAttempt, err error) (retried bool, final e
 	if !eof && !s.isCommitted() {
 		if md, _ := a.cs.Header(); md != nil {
 			s.commit()
-			s.c.answered.Store(true)
+			a.answered.Store(true)
 		}
 	}
 	s.mu.Lock()
@@ -98,7 +96,7 @@ func (s *retryStream) failed(a *streamAttempt, err error) (retried bool, final e
 	case committed || eof:
 		return false, s.end(a, err)
 	}
-	wait, final := s.c.after(s.take(a), err, a.cs.Trailer())
+	wait, final := s.c.next(err, s.ended(a, err))
 	for final == nil {
 		a.cancel()
 		if err := s.c.cfg.sleep(s.c.ctx, wait); err != nil {

@@ -6,8 +6,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-
-	"github.com/stormguard/stormguard/breaker"
 )
 
 // unaryCall is the state of one unary call: the retry state, and the
@@ -16,6 +14,7 @@ import (
 // before its invoker did could still write the header or trailer into it.
 type unaryCall struct {
 	call
+	cur     attempt
 	header  metadata.MD
 	trailer metadata.MD
 	hopt    grpc.HeaderCallOption
@@ -46,13 +45,14 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	}
 }
 
-// attempt makes one attempt, if the breaker admits it, and judges it: it
-// returns the wait before the next attempt, or a negative wait and the
-// call's final error (nil on success).
+// attempt makes one attempt, if the mechanisms allow it, and judges it:
+// it returns the wait before the next attempt, or a negative wait and
+// the call's final error (nil on success).
 //
-// The breaker permit is released on every way out: a panic in the invoker
-// (an interceptor further in, a codec) that a recovery interceptor further
-// out turns into an error must not keep a half-open probe's slot forever.
+// The mechanisms hear of the attempt on every way out: a panic in the
+// invoker (an interceptor further in, a codec) that a recovery
+// interceptor further out turns into an error must not keep a half-open
+// probe's slot forever.
 //
 // gRFC A6: an attempt whose response headers arrived committed the call,
 // and is not retried whatever its status. gRPC fills the header option
@@ -60,20 +60,25 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 // trailers-only response (a server that failed before sending headers),
 // which stays retryable.
 func (u *unaryCall) attempt(method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (time.Duration, error) {
-	c := &u.call
-	permit, err := c.admit()
-	if err != nil {
+	c, a := &u.call, &u.cur
+	*a = attempt{}
+	if err := c.begin(a); err != nil {
 		return -1, err
 	}
-	held := permit
-	defer func() { held.Done(breaker.Ignored) }() // only on a panic: held is zero after
+	reported := false
+	defer func() {
+		if !reported { // only on a panic
+			c.report(a, outcome{})
+		}
+	}()
 	actx, cancel := c.attemptContext(true)
 	defer cancel()
 	u.header, u.trailer = nil, nil
-	err = invoker(actx, method, req, reply, cc, opts...)
-	// Only the attempt's own timeout makes DeadlineExceeded retryable.
-	c.timedOut = err != nil && c.cfg.perAttemptTimeout > 0 && c.ownTimeout(actx, err, c.cfg.now())
+	err := invoker(actx, method, req, reply, cc, opts...)
+	a.timedOut = err != nil && c.ownTimeout(actx, err, c.cfg.now())
 	c.committed = u.header != nil
-	held = breaker.Permit{}
-	return c.after(permit, err, u.trailer)
+	o := c.classify(a, err, u.trailer)
+	reported = true
+	c.report(a, o)
+	return c.next(err, o)
 }

@@ -102,6 +102,13 @@ type Config struct {
 	// with interceptors of its own. Nil means ServerOptions(last) for
 	// every replica.
 	ReplicaServerOptions func(replica int) []grpc.ServerOption
+	// Bare leaves out the chain's own interceptors, which count attempts
+	// and failures and inject the latency and capacity faults: with them,
+	// any interceptor of a stack makes a chain of two, which costs grpc-go
+	// a closure per call on each side. For overhead benchmarks: a bare
+	// chain's Attempts and Failed stay zero, and SetLatency and
+	// SetCapacity do nothing.
+	Bare bool
 }
 
 // maxReplicas bounds Config.Replicas.
@@ -142,7 +149,7 @@ func Start(cfg Config) (*Chain, error) {
 	}
 	c := &Chain{hops: make([]*grpc.ClientConn, len(names))}
 	newTier := func(i, replica int) *Tier {
-		t := &Tier{name: names[i], index: i, replica: replica, faults: newFaults(cfg.Seed + uint64(i) + uint64(replica)<<32)}
+		t := &Tier{name: names[i], index: i, replica: replica, bare: cfg.Bare, faults: newFaults(cfg.Seed + uint64(i) + uint64(replica)<<32)}
 		switch {
 		case replica > 0 && cfg.ReplicaServerOptions != nil:
 			t.serverOpts = cfg.ReplicaServerOptions(replica)
@@ -226,10 +233,12 @@ func (c *Chain) dial(cfg Config, hop int) (*grpc.ClientConn, error) {
 	}
 	// Innermost: count every attempt that leaves this hop, after any retry
 	// interceptor the caller installed.
-	opts = append(opts,
-		grpc.WithChainUnaryInterceptor(t.countAttemptUnary),
-		grpc.WithChainStreamInterceptor(t.countAttemptStream),
-	)
+	if !cfg.Bare {
+		opts = append(opts,
+			grpc.WithChainUnaryInterceptor(t.countAttemptUnary),
+			grpc.WithChainStreamInterceptor(t.countAttemptStream),
+		)
+	}
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", t.name, err)
@@ -318,6 +327,7 @@ type Tier struct {
 
 	serverOpts []grpc.ServerOption
 	register   func(*grpc.Server) // nil: no extra services
+	bare       bool               // Config.Bare
 
 	mu  sync.Mutex
 	lis *bufconn.Listener // nil while killed
@@ -432,10 +442,11 @@ func (t *Tier) Kill() {
 func (t *Tier) Restart() {
 	t.Kill()
 	lis := bufconn.Listen(bufSize)
-	opts := append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(t.admitUnary),
-		grpc.ChainStreamInterceptor(t.admitStream),
-	}, t.serverOpts...)
+	var opts []grpc.ServerOption
+	if !t.bare {
+		opts = append(opts, grpc.ChainUnaryInterceptor(t.admitUnary), grpc.ChainStreamInterceptor(t.admitStream))
+	}
+	opts = append(opts, t.serverOpts...)
 	srv := grpc.NewServer(opts...)
 	testsvcv1.RegisterTestServiceServer(srv, &handler{tier: t})
 	testsvcv1.RegisterStatsServiceServer(srv, &statsHandler{tier: t})

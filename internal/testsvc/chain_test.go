@@ -472,3 +472,21 @@ func TestRegister(t *testing.T) {
 	c.Tier("payment").Restart()
 	check(2)
 }
+
+// A bare chain serves through every tier without the harness's
+// interceptors: nothing is counted, since the counting ones are not there.
+func TestBareChain(t *testing.T) {
+	c := New(t, Config{Bare: true})
+	resp, err := c.Client().Unary(ctxT(t, 10*time.Second), &testsvcv1.UnaryRequest{Id: "b"})
+	if err != nil {
+		t.Fatalf("Unary: %v", err)
+	}
+	if resp.GetServedBy() != "payment" {
+		t.Errorf("served by %q, want payment", resp.GetServedBy())
+	}
+	for _, tier := range c.Tiers() {
+		if got := tier.Received(Unary) + tier.Attempts(Unary); got != 0 {
+			t.Errorf("%s counted %d requests and attempts on a bare chain, want 0 (no counting interceptor)", tier.Name(), got)
+		}
+	}
+}
