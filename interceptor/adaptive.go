@@ -156,7 +156,7 @@ func (g *throttleGuard) done(c *call, a *attempt, o outcome) {
 	a.thr = adaptive.Permit{}
 	to := o.kind.forThrottle()
 	switch {
-	case o.kind == outcomeDontRetry && p.Probe():
+	case o.kind.revives() && p.Probe():
 		t.Revive()
 	case to == adaptive.Overload && c.conn != nil:
 		reportConn(t, c.conn)

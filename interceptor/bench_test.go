@@ -26,8 +26,19 @@ func happyStacks(tiers []string) map[string]testsvc.Config {
 			ServerOptions: func(int) []grpc.ServerOption { return ServerOptions(opts()...) },
 		}
 	}
+	noop := testsvc.Config{
+		Tiers: tiers,
+		Bare:  true,
+		DialOptions: func(int) []grpc.DialOption {
+			return []grpc.DialOption{grpc.WithChainUnaryInterceptor(noopUnaryClient), grpc.WithChainStreamInterceptor(noopStreamClient)}
+		},
+		ServerOptions: func(int) []grpc.ServerOption {
+			return []grpc.ServerOption{grpc.ChainUnaryInterceptor(noopUnaryServer), grpc.ChainStreamInterceptor(noopStreamServer)}
+		},
+	}
 	return map[string]testsvc.Config{
 		"none":        {Tiers: tiers, Bare: true},
+		"noop":        noop,
 		"recommended": stack(Recommended),
 		"breaker": stack(func() []Option {
 			set, _ := breaker.NewSet(breaker.Config{}, 0)
@@ -36,11 +47,31 @@ func happyStacks(tiers []string) map[string]testsvc.Config {
 	}
 }
 
-var happyNames = []string{"none", "recommended", "breaker"}
+var happyNames = []string{"none", "noop", "recommended", "breaker"}
+
+// The noop stack's interceptors pass every call through: what grpc-go
+// itself charges for any client and server interceptor, the floor under
+// every stack.
+func noopUnaryClient(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func noopStreamClient(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return streamer(ctx, desc, cc, method, opts...)
+}
+
+func noopUnaryServer(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	return handler(ctx, req)
+}
+
+func noopStreamServer(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, ss)
+}
 
 // BenchmarkUnaryHappyPath measures what stormguard costs on a healthy
 // call, one tier (the edge client and one server): client and server
-// interceptors of Recommended() and of the breaker stack, against none.
+// interceptors of Recommended() and of the breaker stack, against none and
+// against pass-through interceptors (noop).
 func BenchmarkUnaryHappyPath(b *testing.B) {
 	unaryHappy(b, happyStacks([]string{"payment"}))
 }

@@ -62,18 +62,39 @@ func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 func (c *call) mechanisms() []mechanism { return c.mechs[:c.nmechs] }
 
 // begin asks every mechanism whether attempt a, the call's next, may go
-// out. On a refusal the mechanisms that allowed it hear outcomeNothing,
-// and begin returns the call's final error.
+// out. On a refusal, or a panic in a mechanism (an observer's), the
+// mechanisms that allowed it hear that it counts for nothing, and begin
+// returns the call's final error (or lets the panic go on).
 func (c *call) begin(a *attempt) error {
 	a.n = c.attempt
-	for i, m := range c.mechanisms() {
+	ms := c.mechanisms()
+	allowed, returned := 0, false
+	defer func() {
+		if !returned {
+			c.reportTo(ms[:allowed], a, panicked)
+		}
+	}()
+	for _, m := range ms {
 		if r := m.allow(c, a); r != 0 {
-			c.reportTo(c.mechs[:i], a, outcome{})
+			returned = true
+			c.reportTo(ms[:allowed], a, outcome{})
 			return c.stop(r)
 		}
+		allowed++
 	}
+	returned = true
 	return nil
 }
+
+// panicked is the outcome of an attempt cut short by a panic (in the
+// invoker, the streamer, a codec, an observer): nothing, with the code a
+// recovery interceptor usually gives it, for the observer's event.
+var panicked = outcome{kind: outcomeNothing, code: codes.Unknown}
+
+// cancelledByUs is the outcome of an attempt the call itself cancelled (a
+// stream's retry dropped because the stream committed while it opened; a
+// hedge that lost): nothing.
+var cancelledByUs = outcome{kind: outcomeNothing, code: codes.Canceled}
 
 // report tells every mechanism how attempt a ended, the last asked first.
 func (c *call) report(a *attempt, o outcome) { c.reportTo(c.mechanisms(), a, o) }
@@ -81,6 +102,16 @@ func (c *call) report(a *attempt, o outcome) { c.reportTo(c.mechanisms(), a, o) 
 func (c *call) reportTo(ms []mechanism, a *attempt, o outcome) {
 	for i := len(ms) - 1; i >= 0; i-- {
 		ms[i].done(c, a, o)
+	}
+}
+
+// abandoned tells the mechanisms that hold a scarce slot for attempt a
+// (see abandoner) that its caller left it with outcome o.
+func (c *call) abandoned(a *attempt, o outcome) {
+	for _, m := range c.mechanisms() {
+		if ab, ok := m.(abandoner); ok {
+			ab.abandoned(c, a, o)
+		}
 	}
 }
 

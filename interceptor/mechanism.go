@@ -17,6 +17,10 @@ type attempt struct {
 	n        int       // its index, 0 for the first
 	started  time.Time // when it went out, when observed
 	timedOut bool      // its own per-attempt timeout expired (unary)
+	// mustReport: a mechanism holds a scarce slot for the attempt (a
+	// half-open breaker's probe), so that a stream its caller abandons
+	// must release it when the caller's context ends (see abandoner).
+	mustReport bool
 	// answered: the target answered it (a stream's header or message),
 	// so that running into the caller's deadline later is no hang.
 	answered atomic.Bool
@@ -47,6 +51,13 @@ type mechanism interface {
 // answered, long before the stream ends.
 type answerer interface {
 	answered(c *call, a *attempt)
+}
+
+// abandoner is a mechanism that holds a scarce slot for an attempt (a
+// half-open breaker's probe), which must be released when a stream's
+// caller abandons it, before its status is read.
+type abandoner interface {
+	abandoned(c *call, a *attempt, o outcome)
 }
 
 // maxMechanisms bounds the mechanisms of one call: a limiter, a breaker,
@@ -100,7 +111,7 @@ func (g *breakerGuard) allow(_ *call, a *attempt) StopReason {
 	if err != nil {
 		return StopBreakerOpen
 	}
-	a.brk = p
+	a.brk, a.mustReport = p, p.Probe()
 	return 0
 }
 
@@ -129,6 +140,11 @@ func (g *breakerGuard) answered(_ *call, a *attempt) {
 		a.brk.Done(breaker.Success)
 	}
 }
+
+// abandoned releases the permit of a stream that its caller left: a hang
+// (its deadline expired before the target answered) is a failure, a
+// cancel nothing. The outcome the stream reads later is not heard again.
+func (g *breakerGuard) abandoned(c *call, a *attempt, o outcome) { g.done(c, a, o) }
 
 // limiterGuard is a target's retry limiter (WithBudget, WithThrottle,
 // WithLimiter) as a mechanism.

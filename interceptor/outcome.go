@@ -24,7 +24,7 @@ const (
 	// outcomeAnswer: the target answered with a code that is no sign of
 	// overload: it is alive and serving (NOT_FOUND, INTERNAL, a
 	// DEADLINE_EXCEEDED of a tier below, ABORTED even where it is
-	// retried, and "do not retry" on a code that is not retried).
+	// retried).
 	outcomeAnswer
 	// outcomeOverload: UNAVAILABLE or RESOURCE_EXHAUSTED, from the
 	// target or from the channel (no connection).
@@ -37,20 +37,25 @@ const (
 	// outcomeBusy: the target's admission control refused the attempt
 	// (MetadataShed): alive, protecting itself.
 	outcomeBusy
-	// outcomeDontRetry: "do not retry" on a retried code: a live target
-	// whose own dependency failed, and a tier below already retried.
+	// outcomeDontRetry: "do not retry" on a retried code or an overload
+	// code: a live target whose own dependency failed, and a tier below
+	// already retried.
 	outcomeDontRetry
+	// outcomeDontRetryAnswer: "do not retry" on any other code: an answer
+	// that changes nothing, except for a probe (see forBreaker).
+	outcomeDontRetryAnswer
 )
 
 var outcomeNames = [...]string{
-	outcomeNothing:   "nothing",
-	outcomeSuccess:   "success",
-	outcomeAnswer:    "answer",
-	outcomeOverload:  "overload",
-	outcomeTimeout:   "timeout",
-	outcomeHang:      "hang",
-	outcomeBusy:      "busy",
-	outcomeDontRetry: "dont-retry",
+	outcomeNothing:         "nothing",
+	outcomeSuccess:         "success",
+	outcomeAnswer:          "answer",
+	outcomeOverload:        "overload",
+	outcomeTimeout:         "timeout",
+	outcomeHang:            "hang",
+	outcomeBusy:            "busy",
+	outcomeDontRetry:       "dont-retry",
+	outcomeDontRetryAnswer: "dont-retry-answer",
 }
 
 func (k outcomeKind) String() string { return outcomeNames[k] }
@@ -107,13 +112,13 @@ func classifyKind(e ending) outcomeKind {
 		return outcomeNothing
 	case e.shed:
 		return outcomeBusy
-	case e.hasPushback && e.pushback < 0 && e.retried:
+	case e.hasPushback && e.pushback < 0 && (e.retried || overloadCode(e.code)):
 		return outcomeDontRetry
 	case e.hasPushback && e.pushback < 0:
-		return outcomeAnswer
+		return outcomeDontRetryAnswer
 	case e.callerDone:
 		return outcomeHang // the caller's deadline, before any answer
-	case e.code == codes.Unavailable || e.code == codes.ResourceExhausted:
+	case overloadCode(e.code):
 		return outcomeOverload
 	case e.code == codes.DeadlineExceeded && e.ownTimeout:
 		return outcomeTimeout
@@ -123,6 +128,12 @@ func classifyKind(e ending) outcomeKind {
 		return outcomeHang
 	}
 	return outcomeAnswer
+}
+
+// overloadCode reports whether code is one of overload: UNAVAILABLE or
+// RESOURCE_EXHAUSTED.
+func overloadCode(code codes.Code) bool {
+	return code == codes.Unavailable || code == codes.ResourceExhausted
 }
 
 // failure reports whether the outcome is the target's failure, for the
@@ -137,22 +148,19 @@ func (k outcomeKind) failure() bool {
 }
 
 // forBreaker is what the circuit breaker hears. A busy target is alive:
-// ignored. A "do not retry" answer to a half-open probe is ignored too:
+// ignored. Any "do not retry" answer to a half-open probe is ignored too:
 // the target answers, and counting the failure of its dependency would
 // reopen this breaker with a doubled interval each time, so that after an
 // outage the breakers of a chain, each waiting for the one below, recover
 // one after the other. In the closed state it counts, so that the tier
 // above stops sending while the chain below it is broken.
 func (k outcomeKind) forBreaker(probe bool) breaker.Outcome {
-	switch k {
-	case outcomeSuccess, outcomeAnswer:
+	switch {
+	case probe && (k == outcomeDontRetry || k == outcomeDontRetryAnswer):
+		return breaker.Ignored
+	case k == outcomeSuccess || k == outcomeAnswer || k == outcomeDontRetryAnswer:
 		return breaker.Success
-	case outcomeOverload, outcomeTimeout, outcomeHang:
-		return breaker.Failure
-	case outcomeDontRetry:
-		if probe {
-			return breaker.Ignored
-		}
+	case k == outcomeOverload || k == outcomeTimeout || k == outcomeHang || k == outcomeDontRetry:
 		return breaker.Failure
 	}
 	return breaker.Ignored
@@ -160,7 +168,8 @@ func (k outcomeKind) forBreaker(probe bool) breaker.Outcome {
 
 // forThrottle is what the adaptive throttle hears (see WithAdaptive). A
 // "do not retry" answer is neither overload nor health (adaptive.Ignored);
-// the throttle guard revives a down target on one that answered a probe.
+// the throttle guard revives a down target on one that answered a probe
+// (see revives).
 func (k outcomeKind) forThrottle() adaptive.Outcome {
 	switch k {
 	case outcomeSuccess, outcomeAnswer:
@@ -171,6 +180,12 @@ func (k outcomeKind) forThrottle() adaptive.Outcome {
 		return adaptive.Busy
 	}
 	return adaptive.Ignored
+}
+
+// revives reports whether the outcome, answering a probe of a down target,
+// revives it: a "do not retry" answer shows a live target.
+func (k outcomeKind) revives() bool {
+	return k == outcomeDontRetry || k == outcomeDontRetryAnswer
 }
 
 // mayRetry reports whether the attempt's code is retried: a configured

@@ -135,7 +135,7 @@ func TestOutcomeTable(t *testing.T) {
 		}
 		// The throttle guard revives a down target on exactly the
 		// outcome whose row says so.
-		if revives := o.kind == outcomeDontRetry; revives != (r.thrProbe == "revive") {
+		if revives := o.kind.revives(); revives != (r.thrProbe == "revive") {
 			t.Errorf("%s: a probe revives: %v, table says %q", at, revives, r.thrProbe)
 		}
 		retry := "no"

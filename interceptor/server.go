@@ -104,7 +104,14 @@ var dontRetry = metadata.Pairs(MetadataPushback, "-1")
 // begin returns the handler's context, carrying the request's Info
 // (parsed when first needed: see serverState).
 func (s *server) begin(ctx context.Context, method string) *stateCtx {
-	sc := &stateCtx{Context: ctx}
+	sc := &stateCtx{}
+	s.beginIn(sc, ctx, method)
+	return sc
+}
+
+// beginIn is begin, filling sc (part of a larger allocation).
+func (s *server) beginIn(sc *stateCtx, ctx context.Context, method string) {
+	sc.Context = ctx
 	sc.st.srv, sc.st.in, sc.st.method = s, ctx, method
 	if s.health != nil {
 		sc.st.epoch = s.health.serving.Epoch()
@@ -112,7 +119,6 @@ func (s *server) begin(ctx context.Context, method string) *stateCtx {
 	if s.observer != nil {
 		s.observer.Observe(ctx, Event{Kind: EventRequestReceived, Method: method, Info: sc.st.Info()})
 	}
-	return sc
 }
 
 // parseInfo reads the Info of the request ctx serves for method from its
@@ -199,19 +205,22 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 	return i.StreamServer()
 }
 
-// serverStream gives a streaming handler the context with its Info.
+// serverStream gives a streaming handler the context with its Info,
+// which it holds (one allocation for both).
 type serverStream struct {
 	grpc.ServerStream
-	ctx context.Context
+	sc stateCtx
 }
 
-func (s *serverStream) Context() context.Context { return s.ctx }
+func (s *serverStream) Context() context.Context { return &s.sc }
 
 func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if healthMethod(info.FullMethod) {
 		return handler(srv, ss)
 	}
-	sc := s.begin(ss.Context(), info.FullMethod)
+	w := &serverStream{ServerStream: ss}
+	sc := &w.sc
+	s.beginIn(sc, ss.Context(), info.FullMethod)
 	if err := s.admit(sc, info.FullMethod, ss); err != nil {
 		return err
 	}
@@ -221,7 +230,7 @@ func (s *server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 			s.panicked(sc, info.FullMethod, func() { ss.SetTrailer(dontRetry) })
 		}
 	}()
-	err := handler(srv, &serverStream{ServerStream: ss, ctx: sc})
+	err := handler(srv, w)
 	returned = true
 	s.done(sc, s.mechs, err)
 	if s.dontRetryNeeded(sc, info.FullMethod, err) {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // DefaultReplayBufferSize is the default limit of the replay buffer of a
@@ -42,12 +41,12 @@ func WithReplayBufferSize(n int) Option {
 // sent outgrow the replay buffer (WithReplayBufferSize), or when the
 // application calls Context or Trailer, which commit as grpc-go's own
 // retrying stream does: the context the caller holds is never cancelled
-// by a retry. Until then every message the application sends is kept (a
-// copy, for protobuf messages), and a retryable failure opens a new stream
-// and sends them again, in order. After the commit, a failure goes to the
-// application: nothing is replayed, and nothing it received is delivered
-// twice. Messages that are not protobuf messages cannot be copied or
-// sized; sending one commits the stream. Header waits for the headers of
+// by a retry. Until then every message the application sends is kept (its
+// encoding, for protobuf messages), and a retryable failure opens a new
+// stream and sends them again, in order. After the commit, a failure goes
+// to the application: nothing is replayed, and nothing it received is
+// delivered twice. Messages that are not protobuf messages cannot be kept
+// or sized; sending one commits the stream. Header waits for the headers of
 // the attempt that answers: if an attempt ends without headers, Header
 // retries it as RecvMsg would. The per-attempt timeout does not apply to
 // streams.
@@ -127,7 +126,8 @@ type retryStream struct {
 	drive chan struct{}
 
 	mu        sync.Mutex
-	buf       []proto.Message // copies of the messages sent before the commit; nil after it
+	buf       []kept  // the messages sent before the commit; nil after it
+	first1    [1]kept // buf's room for the first message (streams often send one)
 	bufBytes  int
 	cur       *streamAttempt
 	committed bool
@@ -135,7 +135,9 @@ type retryStream struct {
 	final     error         // the error stormguard ended the stream with, if it did
 	replaced  chan struct{} // closed when cur changes; made by a waiting Header
 
-	reporting sync.WaitGroup // outcomes abandoned is reporting; see take
+	reporting sync.WaitGroup // outcomes abandoned is reporting; see settle
+
+	first streamAttempt // the first attempt, in the same allocation
 }
 
 // streamAttempt is one attempt of a stream: its gRPC stream, the cancel of
@@ -148,24 +150,30 @@ type streamAttempt struct {
 	settled bool // its outcome was reported, or is being; guarded by retryStream.mu
 }
 
-// settle reports a's outcome o to the mechanisms, once. If abandoned
-// reports it, settle waits until that is done, so that the mechanisms
-// have counted the attempt when the application learns how it ended.
+// settle reports a's outcome o to the mechanisms, once. If abandoned is
+// reporting a meanwhile, settle waits until it is done, so that the
+// mechanisms have counted the attempt when the application learns how it
+// ended.
 func (s *retryStream) settle(a *streamAttempt, o outcome) {
 	s.mu.Lock()
 	if a.settled {
 		s.mu.Unlock()
-		s.reporting.Wait()
 		return
 	}
 	a.settled = true
 	s.mu.Unlock()
 	s.c.report(&a.attempt, o)
+	s.reporting.Wait()
 }
 
-// ended settles a, which ended with err, and returns its outcome.
+// ended settles a, which ended with err, and returns its outcome. Only a
+// failure's trailer is read: grpc-go copies it on every call.
 func (s *retryStream) ended(a *streamAttempt, err error) outcome {
-	o := s.c.classify(&a.attempt, err, a.cs.Trailer())
+	var trailer metadata.MD
+	if err != nil {
+		trailer = a.cs.Trailer()
+	}
+	o := s.c.classify(&a.attempt, err, trailer)
 	s.settle(a, o)
 	return o
 }
@@ -174,24 +182,25 @@ func (s *retryStream) ended(a *streamAttempt, err error) outcome {
 // mechanisms hear it at once (see answerer).
 func (s *retryStream) answered(a *streamAttempt) { s.c.answered(&a.attempt) }
 
-// abandoned reports the outcome of an attempt whose context ended before
-// its status was read: the caller cancelled, or its deadline expired
-// (before the target answered: a hang).
+// abandoned reports the end of an attempt whose context ended before its
+// status was read (the caller cancelled, or its deadline expired) to the
+// mechanisms that hold a scarce slot for it (see abandoner): the caller
+// may never call RecvMsg again. The others hear the outcome, with its
+// status and trailer, when RecvMsg reads it.
 func (s *retryStream) abandoned(a *streamAttempt) {
 	s.mu.Lock()
 	if a.settled {
 		s.mu.Unlock()
 		return
 	}
-	a.settled = true
 	s.reporting.Add(1)
 	s.mu.Unlock()
 	defer s.reporting.Done()
-	var o outcome // nothing: the attempt's own context, cancelled by us
+	o := cancelledByUs
 	if cerr := s.c.ctx.Err(); cerr != nil {
 		o = s.c.classify(&a.attempt, status.FromContextError(cerr).Err(), nil)
 	}
-	s.c.report(&a.attempt, o)
+	s.c.abandoned(&a.attempt, o)
 }
 
 // open starts one attempt and replays the buffered messages into it. It
@@ -205,41 +214,65 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 		// longer be replayed.
 		return false, 0, s.c.stop(StopCommitted)
 	}
-	a := &streamAttempt{}
+	a := &s.first
+	if s.c.attempt > 0 {
+		a = &streamAttempt{}
+	}
 	if err := s.c.begin(&a.attempt); err != nil {
 		return false, 0, err
 	}
 	placed := false
 	defer func() {
-		if !placed { // a panic, or an attempt dropped: it counts for nothing
-			s.settle(a, outcome{})
+		if !placed { // a panic: it counts for nothing
+			s.settle(a, panicked)
 			if a.cancel != nil {
 				a.cancel()
 			}
 		}
 	}()
-	mctx, _ := s.c.attemptContext(false)
-	actx, acancel := context.WithCancel(mctx)
-	a.cancel = acancel
+	actx := s.attemptContext(a)
 	cs, err := s.streamer(actx, s.desc, s.cc, s.method, s.opts...)
 	if err != nil {
 		placed = true
 		o := s.c.classify(&a.attempt, err, nil)
 		s.settle(a, o)
-		acancel()
+		a.cancel()
 		wait, err := s.c.next(err, o)
 		return false, wait, err
 	}
 	a.cs = cs
-	// An attempt abandoned by its caller (context done, RecvMsg never
-	// called again) must not keep its permits: a half-open probe would
-	// hold its slot forever.
-	context.AfterFunc(actx, func() { s.abandoned(a) })
+	if a.mustReport {
+		// Abandoned by its caller (context done, RecvMsg never called
+		// again), the attempt must not keep its permit: a half-open
+		// probe would hold its slot forever.
+		context.AfterFunc(actx, func() { s.abandoned(a) })
+	}
 	if !s.replayInto(a) {
+		placed = true
+		s.settle(a, cancelledByUs)
+		a.cancel()
 		return false, 0, s.c.stop(StopCommitted)
 	}
 	placed = true
 	return true, 0, nil
+}
+
+// attemptContext returns the context of attempt a, and sets its cancel.
+// A retry gets a context of its own, so that it can be dropped unused
+// when the stream commits while it opens. The first attempt runs in the
+// call's context: nothing can commit the stream before it is handed out,
+// and an attempt that ended (its status read) holds nothing of gRPC's,
+// so it needs no cancel.
+func (s *retryStream) attemptContext(a *streamAttempt) context.Context {
+	first := s.c.attempt == 0
+	mctx, _ := s.c.attemptContext(false)
+	if first {
+		a.cancel = func() {}
+		return mctx
+	}
+	actx, cancel := context.WithCancel(mctx)
+	a.cancel = cancel
+	return actx
 }
 
 // replayInto sends the buffered messages (and the half-close) on a, and
@@ -253,16 +286,22 @@ func (s *retryStream) replayInto(a *streamAttempt) bool {
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	committed, buf := s.committed, s.buf
+	var one [1]kept
+	if len(buf) == 1 { // in first1, which the commit clears: copy it
+		one[0] = buf[0]
+		buf = one[:]
+	}
 	s.mu.Unlock()
 	if committed {
 		return false
 	}
 	// An error here means the attempt ended already; its status comes
 	// from RecvMsg, which then retries. buf is a snapshot: messages are
-	// only appended under sendMu, and the commit drops the slice without
-	// touching it.
-	for _, m := range buf {
-		if a.cs.SendMsg(m) != nil {
+	// only appended under sendMu, and the commit drops a grown slice
+	// without touching it.
+	for _, k := range buf {
+		m, err := k.message()
+		if err != nil || a.cs.SendMsg(m) != nil {
 			break
 		}
 	}
@@ -297,7 +336,7 @@ func (s *retryStream) commit() {
 
 func (s *retryStream) commitLocked() {
 	s.committed = true
-	s.buf, s.bufBytes = nil, 0
+	s.buf, s.bufBytes, s.first1 = nil, 0, [1]kept{}
 }
 
 func (s *retryStream) current() *streamAttempt {

@@ -40,7 +40,7 @@ func (s *retryStream) release(returned *bool) {
 	<-s.drive
 	if !*returned {
 		a := s.current()
-		s.settle(a, outcome{})
+		s.settle(a, panicked)
 		a.cancel()
 	}
 }

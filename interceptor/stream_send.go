@@ -5,10 +5,11 @@ import (
 	"io"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// SendMsg sends m on the current attempt and, until the commit, keeps a
-// copy for replay.
+// SendMsg sends m on the current attempt and, until the commit, keeps its
+// encoding for replay.
 func (s *retryStream) SendMsg(m any) error {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
@@ -32,25 +33,39 @@ func (s *retryStream) SendMsg(m any) error {
 		// meanwhile dropped the whole buffer.)
 		s.mu.Lock()
 		if n := len(s.buf); n > 0 {
+			s.bufBytes -= len(s.buf[n-1].b)
 			s.buf = s.buf[:n-1]
-			s.bufBytes -= proto.Size(m.(proto.Message))
 		}
 		s.mu.Unlock()
 	}
 	return err
 }
 
-// keep adds a copy of m to the replay buffer. It returns false, and
+// kept is a message sent before the commit, kept for replay: its
+// encoding (one allocation, where a clone of the message takes one per
+// field that holds bytes or a message) and its type.
+type kept struct {
+	b   []byte
+	typ protoreflect.MessageType
+}
+
+// message decodes k again, for a replay.
+func (k kept) message() (proto.Message, error) {
+	m := k.typ.New().Interface()
+	return m, proto.Unmarshal(k.b, m)
+}
+
+// keep adds m's encoding to the replay buffer. It returns false, and
 // commits the stream, when m cannot be kept: it is not a protobuf message,
-// or the buffer would outgrow its limit. Called with sendMu held.
+// it does not encode, or the buffer would outgrow its limit. Called with
+// sendMu held.
 func (s *retryStream) keep(m any) bool {
-	pm, ok := m.(proto.Message)
-	var size int
-	var c proto.Message
-	if ok {
-		size = proto.Size(pm)
-		if size <= s.limit {
-			c = proto.Clone(pm)
+	var k kept
+	ok := false
+	if pm, isProto := m.(proto.Message); isProto {
+		if size := proto.Size(pm); size <= s.limit {
+			b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(make([]byte, 0, size), pm)
+			k, ok = kept{b: b, typ: pm.ProtoReflect().Type()}, err == nil
 		}
 	}
 	s.mu.Lock()
@@ -58,12 +73,15 @@ func (s *retryStream) keep(m any) bool {
 	switch {
 	case s.committed:
 		return false
-	case c == nil || s.bufBytes+size > s.limit:
+	case !ok || s.bufBytes+len(k.b) > s.limit:
 		s.commitLocked()
 		return false
 	}
-	s.bufBytes += size
-	s.buf = append(s.buf, c)
+	s.bufBytes += len(k.b)
+	if s.buf == nil {
+		s.buf = s.first1[:0]
+	}
+	s.buf = append(s.buf, k)
 	return true
 }
 

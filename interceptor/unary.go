@@ -68,7 +68,7 @@ func (u *unaryCall) attempt(method string, req, reply any, cc *grpc.ClientConn, 
 	reported := false
 	defer func() {
 		if !reported { // only on a panic
-			c.report(a, outcome{})
+			c.report(a, panicked)
 		}
 	}()
 	actx, cancel := c.attemptContext(true)
