@@ -18,7 +18,7 @@ GHZ_VERSION                := v0.93.0
 
 FUZZTIME ?= 5s
 
-.PHONY: bench-check bench-busy
+.PHONY: bench-check bench-busy bench-happy
 .PHONY: all test vet fmt-check staticcheck unit fuzz-short proto proto-check lint bench demo tools clean
 
 all: test
@@ -95,7 +95,23 @@ bench: $(BIN)/benchstat
 	cd bench && go test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) . | tee $(BENCH_OUT)/overhead.txt
 	@echo "## Happy-path overhead per stack, relative to none (benchstat -col /stack)"
 	$(BIN)/benchstat -col /stack $(BENCH_OUT)/overhead.txt | tee $(BENCH_OUT)/overhead-benchstat.txt
+	$(MAKE) bench-happy
 	$(MAKE) bench-busy
+
+# bench-happy: the happy path of Recommended() against no interceptor and
+# pass-through interceptors (interceptor/bench_test.go), unary and bidi,
+# HAPPY_COUNT interleaved samples (each round runs every stack once, so
+# that the machine's drift falls on all of them), compared by benchstat.
+HAPPY_COUNT ?= 10
+
+bench-happy: $(BIN)/benchstat
+	@mkdir -p $(BENCH_OUT)
+	go test -c -o $(BENCH_OUT)/interceptor.test ./interceptor/
+	cd interceptor && for i in $$(seq $(HAPPY_COUNT)); do \
+	  $(BENCH_OUT)/interceptor.test -test.run '^$$' -test.bench 'UnaryHappyPath' -test.benchmem -test.benchtime 20000x; \
+	  $(BENCH_OUT)/interceptor.test -test.run '^$$' -test.bench 'StreamHappyPath' -test.benchmem -test.benchtime 1500x; \
+	done | sed -E 's#/(none|noop|recommended|breaker)-#/stack=\1-#' > $(BENCH_OUT)/happy.txt
+	$(BIN)/benchstat -col /stack $(BENCH_OUT)/happy.txt | tee $(BENCH_OUT)/happy-benchstat.txt
 
 # bench-busy: the load tests of issue 19 as users run them (bench/cmd/busy,
 # bench/BUSY.md): every tier its own process (bench/cmd/tier) over loopback

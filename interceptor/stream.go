@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -138,6 +139,9 @@ type retryStream struct {
 	reporting sync.WaitGroup // outcomes abandoned is reporting; see settle
 
 	first streamAttempt // the first attempt, in the same allocation
+	// settledOn is the attempt a server stream settled on (it delivered a
+	// message): from then on messages go straight to it (see recvSettled).
+	settledOn atomic.Pointer[streamAttempt]
 }
 
 // streamAttempt is one attempt of a stream: its gRPC stream, the cancel of

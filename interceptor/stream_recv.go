@@ -12,11 +12,36 @@ import (
 // the commit starts the next attempt, which gets the buffered messages
 // again; the application sees only the final outcome.
 func (s *retryStream) RecvMsg(m any) error {
+	if a := s.settledOn.Load(); a != nil {
+		return s.recvSettled(a, m)
+	}
 	for {
 		if done, err := s.recvStep(m); done {
 			return err
 		}
 	}
+}
+
+// recvSettled receives from a, the attempt a server stream settled on:
+// it delivered a message, so the stream is committed and no attempt will
+// replace it, and a message needs neither drive nor a lock. The end of
+// the stream is handled as recvDriving handles it.
+func (s *retryStream) recvSettled(a *streamAttempt, m any) error {
+	returned := false
+	defer func() {
+		if !returned { // a panic: see release
+			s.settle(a, panicked)
+		}
+	}()
+	err := a.cs.RecvMsg(m)
+	returned = true
+	if err == nil {
+		return nil
+	}
+	s.drive <- struct{}{}
+	defer func() { <-s.drive }()
+	_, err = s.failed(a, err)
+	return err
 }
 
 // recvStep receives once from the current attempt, holding drive. It
@@ -57,7 +82,9 @@ func (s *retryStream) recvDriving(m any) (done bool, err error) {
 	if err == nil {
 		s.commit()
 		s.answered(a)
-		if !s.desc.ServerStreams {
+		if s.desc.ServerStreams {
+			s.settledOn.Store(a)
+		} else {
 			// The one response of a client stream: gRPC has seen the end
 			// of the stream too, so the call is over.
 			s.markFinished()

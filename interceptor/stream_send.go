@@ -11,6 +11,9 @@ import (
 // SendMsg sends m on the current attempt and, until the commit, keeps its
 // encoding for replay.
 func (s *retryStream) SendMsg(m any) error {
+	if a := s.settledOn.Load(); a != nil {
+		return a.cs.SendMsg(m) // committed, nothing to keep: see recvSettled
+	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()

@@ -19,7 +19,7 @@ type unaryCall struct {
 	trailer metadata.MD
 	hopt    grpc.HeaderCallOption
 	topt    grpc.TrailerCallOption
-	optsBuf [8]grpc.CallOption
+	optsBuf [4]grpc.CallOption // the call's options (usually none) and our two
 }
 
 func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
