@@ -18,7 +18,7 @@ GHZ_VERSION                := v0.93.0
 
 FUZZTIME ?= 5s
 
-.PHONY: bench-check bench-busy bench-happy
+.PHONY: bench-check bench-busy bench-happy interop
 .PHONY: all test vet fmt-check staticcheck unit fuzz-short proto proto-check lint bench demo tools clean
 
 all: test
@@ -127,6 +127,21 @@ bench-busy: $(BIN)/ghz
 	cd bench && go run ./cmd/busy -ghz $(BIN)/ghz -tier $(BIN)/stormguard-tier \
 	  -proto $(CURDIR)/proto/stormguard/testsvc/v1/testsvc.proto -import-paths $(CURDIR)/proto \
 	  $(BUSY_FLAGS) | tee $(BENCH_OUT)/busy.md
+
+# interop: an order tier in Python, written from docs/protocol.md alone
+# (cmd/stormsim/testdata/interop/order.py, on grpcio), between a Go gateway
+# and a Go payment, each its own process over loopback TCP; asserts the
+# calls per tier (cmd/stormsim/interop_test.go). Not part of make test,
+# which needs nothing but Go: it installs python3-grpcio from Debian's
+# packages when PYTHON cannot import grpc. See CONTRIBUTING.md.
+PYTHON ?= /usr/bin/python3
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+interop:
+	@$(PYTHON) -c 'import grpc' 2>/dev/null || { \
+	  echo "installing python3-grpcio (Debian) for $(PYTHON)"; \
+	  $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q python3-grpcio; }
+	STORMGUARD_PYTHON=$(PYTHON) go test -tags interop -race -count=1 -run TestInteropPythonTier -v ./cmd/stormsim/
 
 demo:
 	go run ./cmd/stormsim

@@ -236,7 +236,7 @@ func (c *call) next(err error, o outcome) (time.Duration, error) {
 		return -1, c.stop(r)
 	}
 	wait := c.wait(o)
-	if dl, ok := c.ctx.Deadline(); ok && time.Until(dl) <= wait {
+	if dl, ok := c.ctx.Deadline(); ok && !roomForRetry(time.Until(dl), wait) {
 		return -1, c.stop(StopDeadline)
 	}
 	for _, m := range c.mechanisms() {
@@ -248,6 +248,12 @@ func (c *call) next(err error, o outcome) (time.Duration, error) {
 	c.observe(Event{Kind: EventRetryScheduled, Attempt: c.attempt, Delay: wait})
 	return wait, nil
 }
+
+// roomForRetry reports whether a retry that waits wait can start before
+// the caller's deadline, remaining away: only if remaining > wait
+// (protocol section 4, "Deadlines"). A retry that would start at the
+// deadline could not be answered.
+func roomForRetry(remaining, wait time.Duration) bool { return remaining > wait }
 
 // mayRetry reports why the call cannot retry after outcome o, before any
 // mechanism is asked, or zero.

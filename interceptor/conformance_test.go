@@ -2,13 +2,16 @@ package interceptor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,13 +27,27 @@ const specPath = "../docs/protocol.md"
 // example lists every one of them that is sent.
 var protocolKeys = []string{MetadataAttempt, MetadataDepth, MetadataUpstreamRetries, MetadataPreviousAttempts, MetadataEnvoyAttemptCount}
 
+// examplesPath is the spec's examples as data (docs/protocol.md, section
+// 10), which TestConformance runs and TestConformanceFile keeps equal to
+// the spec.
+const examplesPath = "../docs/protocol-examples.json"
+
+// specKinds are the kinds of example blocks; fieldKinds' lines are
+// "key: value" fields, the others' metadata.
+var (
+	specKinds  = []string{"request", "trailer", "outgoing", "answer", "backoff", "deadline", "policy"}
+	fieldKinds = []string{"outgoing", "backoff", "deadline", "policy"}
+)
+
 // specExample is one fenced example block of docs/protocol.md.
 type specExample struct {
-	kind    string   // request, trailer, outgoing or answer
+	kind    string   // one of specKinds
 	options []string // words after the kind on the opening line
 	line    int      // of the opening fence, for messages
 	md      metadata.MD
-	fields  map[string]string // "serving", "attempt" (outgoing)
+	pairs   [][2]string       // md's lines in order, for the examples file
+	fields  map[string]string // of fieldKinds: "serving", "attempt", ...
+	order   []string          // fields' keys in order
 	want    []string          // the lines after "=>", trimmed
 }
 
@@ -55,8 +72,8 @@ func readSpecExamples(t *testing.T) []specExample {
 		line := sc.Text()
 		if cur == nil {
 			words := strings.Fields(strings.TrimPrefix(line, "```"))
-			if strings.HasPrefix(line, "```") && len(words) > 0 && slices.Contains([]string{"request", "trailer", "outgoing", "answer"}, words[0]) {
-				cur = &specExample{kind: words[0], options: words[1:], line: n, md: metadata.MD{}, fields: map[string]string{}}
+			if strings.HasPrefix(line, "```") && len(words) > 0 && slices.Contains(specKinds, words[0]) {
+				cur = &specExample{kind: words[0], options: append([]string{}, words[1:]...), line: n, md: metadata.MD{}, fields: map[string]string{}}
 			}
 			continue
 		}
@@ -75,11 +92,13 @@ func readSpecExamples(t *testing.T) []specExample {
 				t.Fatalf("%s:%d: want \"key: value\", got %q", specPath, n, line)
 			}
 			val = strings.TrimPrefix(val, " ")
-			if cur.kind == "outgoing" {
+			if slices.Contains(fieldKinds, cur.kind) {
 				cur.fields[key] = strings.TrimSpace(val)
+				cur.order = append(cur.order, key)
 				continue
 			}
 			cur.md[key] = append(cur.md[key], val)
+			cur.pairs = append(cur.pairs, [2]string{key, val})
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -120,7 +139,7 @@ func parseSpecInfo(t *testing.T, e specExample, s string) Info {
 // attempt sends, how a client reads the pushback trailer, and what a
 // tier whose call gave up answers its own caller.
 func TestConformance(t *testing.T) {
-	examples := readSpecExamples(t)
+	examples := readExamplesFile(t)
 	count := map[string]int{}
 	for _, e := range examples {
 		count[e.kind]++
@@ -133,10 +152,16 @@ func TestConformance(t *testing.T) {
 			checkOutgoingExample(t, e)
 		case "answer":
 			checkAnswerExample(t, e)
+		case "backoff":
+			checkBackoffExample(t, e)
+		case "deadline":
+			checkDeadlineExample(t, e)
+		case "policy":
+			checkPolicyExample(t, e)
 		}
 	}
 	// A parser that found nothing would pass vacuously.
-	for kind, least := range map[string]int{"request": 20, "trailer": 8, "outgoing": 5, "answer": 3} {
+	for kind, least := range map[string]int{"request": 20, "trailer": 8, "outgoing": 5, "answer": 3, "backoff": 3, "deadline": 3, "policy": 5} {
 		if count[kind] < least {
 			t.Errorf("%d %s examples in %s, want at least %d", count[kind], kind, specPath, least)
 		}
@@ -254,7 +279,14 @@ func checkAnswerExample(t *testing.T, e specExample) {
 	}
 	trailer := e.md.Copy()
 	trailer.Delete("code")
-	i, err := New(append(specOptions(t, e), WithMaxAttempts(1))...)
+	// committed: the attempt sent headers, and the tier allows three.
+	committed := slices.Contains(e.options, "committed")
+	e.options = slices.DeleteFunc(slices.Clone(e.options), func(o string) bool { return o == "committed" })
+	attempts := 1
+	if committed {
+		attempts = 3
+	}
+	i, err := New(append(specOptions(t, e), WithMaxAttempts(attempts), WithBackoff(Backoff{Base: time.Nanosecond}))...)
 	if err != nil {
 		t.Fatalf("%v: %v", e, err)
 	}
@@ -262,6 +294,9 @@ func checkAnswerExample(t *testing.T, e specExample) {
 		for _, o := range opts {
 			if tr, ok := o.(*grpc.TrailerCallOption); ok {
 				*tr.TrailerAddr = trailer
+			}
+			if h, ok := o.(*grpc.HeaderCallOption); ok && committed {
+				*h.HeaderAddr = metadata.MD{}
 			}
 		}
 		return status.Error(code, "from below")
@@ -287,5 +322,162 @@ func checkAnswerExample(t *testing.T, e specExample) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Errorf("%v: after %v with trailer %q, the tier answered %q, want %q", e, code, map[string][]string(trailer), got, want)
+	}
+}
+
+// checkBackoffExample: the default backoff's wait before retry n for the
+// draw u.
+func checkBackoffExample(t *testing.T, e specExample) {
+	t.Helper()
+	n, err1 := strconv.Atoi(e.fields["retry"])
+	u, err2 := strconv.ParseFloat(e.fields["u"], 64)
+	if err1 != nil || err2 != nil || len(e.want) != 1 {
+		t.Fatalf("%v: want \"retry:\", \"u:\" and one \"=>\" line", e)
+	}
+	d := Backoff{}.Delay(n, u, 0)
+	if got := fmt.Sprintf("%d ms", d/time.Millisecond); got != e.want[0] {
+		t.Errorf("%v: retry %d, u %v: waits %v (%q), want %q", e, n, u, d, got, e.want[0])
+	}
+}
+
+// checkDeadlineExample: whether a retry that waits "wait" ms may start
+// with "remaining" ms left.
+func checkDeadlineExample(t *testing.T, e specExample) {
+	t.Helper()
+	rem, err1 := strconv.Atoi(e.fields["remaining"])
+	wait, err2 := strconv.Atoi(e.fields["wait"])
+	if err1 != nil || err2 != nil || len(e.want) != 1 {
+		t.Fatalf("%v: want \"remaining:\", \"wait:\" and one \"=>\" line", e)
+	}
+	got := "do not retry"
+	if roomForRetry(time.Duration(rem)*time.Millisecond, time.Duration(wait)*time.Millisecond) {
+		got = "retry"
+	}
+	if got != e.want[0] {
+		t.Errorf("%v: %d ms left, wait %d ms: %q, want %q", e, rem, wait, got, e.want[0])
+	}
+}
+
+// checkPolicyExample: the attempts a call may make under a
+// TierPolicyConfig (none: the default policy), as call.init computes them.
+func checkPolicyExample(t *testing.T, e specExample) {
+	t.Helper()
+	ints := func(key string) []int {
+		var out []int
+		for _, w := range strings.Fields(e.fields[key]) {
+			n, err := strconv.Atoi(w)
+			if err != nil {
+				t.Fatalf("%v: %s: %v", e, key, err)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	one := func(key string, def int) int {
+		if v := ints(key); len(v) == 1 {
+			return v[0]
+		}
+		return def
+	}
+	configured := one("configured", DefaultMaxAttempts)
+	policy := DefaultTierPolicy
+	if e.fields["attemptsByDepth"] != "" || e.fields["deeperAttempts"] != "" || e.fields["upstreamRetriedAttempts"] != "" {
+		p, err := TierPolicyConfig{AttemptsByDepth: ints("attemptsByDepth"), DeeperAttempts: one("deeperAttempts", 0), UpstreamRetriedAttempts: one("upstreamRetriedAttempts", 0)}.Policy()
+		if err != nil {
+			t.Fatalf("%v: %v", e, err)
+		}
+		policy = p
+	}
+	cfg := defaultConfig()
+	cfg.maxAttempts, cfg.policy = configured, policy
+	ctx := &stateCtx{Context: context.Background(), st: serverState{info: parseSpecInfo(t, e, e.fields["serving"])}}
+	var c call
+	c.init(ctx, &cfg, "spec-target", "/spec.Service/Method")
+	if got := fmt.Sprintf("attempts: %d", c.max); len(e.want) != 1 || got != e.want[0] {
+		t.Errorf("%v: %q, want %q", e, got, e.want)
+	}
+}
+
+// exampleJSON is one example of docs/protocol-examples.json.
+type exampleJSON struct {
+	Kind     string      `json:"kind"`
+	Options  []string    `json:"options"`
+	Line     int         `json:"line"`
+	Metadata [][2]string `json:"metadata,omitempty"`
+	Fields   [][2]string `json:"fields,omitempty"`
+	Want     []string    `json:"want"`
+}
+
+// examplesFile is docs/protocol-examples.json.
+type examplesFile struct {
+	Protocol string        `json:"protocol"`
+	Source   string        `json:"source"`
+	Note     string        `json:"note"`
+	Examples []exampleJSON `json:"examples"`
+}
+
+// examplesJSON renders the spec's examples as the examples file.
+func examplesJSON(t *testing.T, examples []specExample) []byte {
+	t.Helper()
+	f := examplesFile{
+		Protocol: "2.1",
+		Source:   "docs/protocol.md",
+		Note:     "Generated from docs/protocol.md (section 10 describes the fields); do not edit: STORMGUARD_UPDATE_EXAMPLES=1 go test -run TestConformanceFile ./interceptor/",
+	}
+	for _, e := range examples {
+		x := exampleJSON{Kind: e.kind, Options: e.options, Line: e.line, Metadata: e.pairs, Want: e.want}
+		for _, k := range e.order {
+			x.Fields = append(x.Fields, [2]string{k, e.fields[k]})
+		}
+		f.Examples = append(f.Examples, x)
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+// readExamplesFile reads docs/protocol-examples.json back into examples.
+func readExamplesFile(t *testing.T) []specExample {
+	t.Helper()
+	b, err := os.ReadFile(examplesPath)
+	if err != nil {
+		t.Fatalf("the examples file must be readable: %v", err)
+	}
+	var f examplesFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v", examplesPath, err)
+	}
+	var out []specExample
+	for _, x := range f.Examples {
+		e := specExample{kind: x.Kind, options: x.Options, line: x.Line, md: metadata.MD{}, pairs: x.Metadata, fields: map[string]string{}, want: x.Want}
+		for _, p := range x.Metadata {
+			e.md[p[0]] = append(e.md[p[0]], p[1])
+		}
+		for _, p := range x.Fields {
+			e.fields[p[0]] = p[1]
+			e.order = append(e.order, p[0])
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// The examples file is the spec's examples, exactly: another
+// implementation that runs it runs what TestConformance runs.
+func TestConformanceFile(t *testing.T) {
+	want := examplesJSON(t, readSpecExamples(t))
+	if os.Getenv("STORMGUARD_UPDATE_EXAMPLES") == "1" {
+		if err := os.WriteFile(examplesPath, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(examplesPath)
+	if err != nil {
+		t.Fatalf("the examples file must be readable: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the examples of %s: run STORMGUARD_UPDATE_EXAMPLES=1 go test -run TestConformanceFile ./interceptor/", examplesPath, specPath)
 	}
 }

@@ -76,3 +76,19 @@
 // Return it from a handler as it is: an error that wraps it with %w is
 // sent with its Error() string as the message.
 package interceptor
+
+// The code, bottom to top (each rule is stated once, where it lives):
+//
+//   - options and the wire protocol: options.go, metadata.go (the keys,
+//     the server's per-request state), policy.go (the tier policy),
+//     backoff.go, envoy.go, target.go, errors.go (StopReason, Error);
+//   - the outcome and the mechanisms: outcome.go (how an attempt ended,
+//     and what each mechanism hears: docs/protocol.md 4.3),
+//     mechanism.go (the interface; the breaker, the retry limiter, the
+//     observer), adaptive.go (the throttle), limiters.go; on the server,
+//     admission.go and health.go behind serverMechanism;
+//   - the retry loops: call.go (what the unary and stream loops share:
+//     asking the mechanisms, classifying, deciding the next attempt),
+//     unary.go, stream.go, stream_send.go, stream_recv.go;
+//   - the gRPC adapters: client.go, server.go, interceptors.go (New),
+//     recommended.go, observe.go, stacked.go.

@@ -179,33 +179,37 @@ func incomingInfo(ctx context.Context) (in Info, stacked bool) {
 	return in, ours && builtin
 }
 
-// parseCount parses a small non-negative decimal. Values longer than
-// maxValueLen digits are clamped to limit when they are all digits, and
-// rejected otherwise.
+// parseCount parses a small non-negative decimal: after trimming spaces,
+// one or more decimal digits, nothing else (a sign, "+2" or "-0", is
+// malformed: protocol 2.1, section 3). Values longer than maxValueLen
+// digits are clamped to limit.
 func parseCount(v string, limit int) (int, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	if len(v) > maxValueLen {
-		for i := 0; i < len(v); i++ {
-			if v[i] < '0' || v[i] > '9' {
-				return 0, false
-			}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
 		}
+	}
+	if len(v) > maxValueLen {
 		return limit, true
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
+	if err != nil {
 		return 0, false
 	}
 	return min(n, limit), true
 }
 
-// pushback reads the gRFC A6 pushback trailer. It returns (delay ms, true)
-// for a single non-negative value, and (-1, true) for "do not retry": a
-// negative value, a malformed one, or more than one, as grpc-go treats
-// them. (0, false) means no pushback was sent.
+// pushback reads the gRFC A6 pushback trailer (protocol section 4). It
+// returns (delay ms, true) for a single non-negative value, and (-1, true)
+// for "do not retry": a negative value, a malformed one, or more than
+// one, as grpc-go treats them. A value is, after trimming spaces, an
+// optional sign and decimal digits within 64 bits: "+250" is 250, and
+// "-0" is 0, a retry at once, as every gRPC's A6 code reads it. (0,
+// false) means no pushback was sent.
 func pushback(trailer metadata.MD) (ms int64, ok bool) {
 	vals := trailer[MetadataPushback]
 	switch len(vals) {
