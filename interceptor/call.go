@@ -41,8 +41,11 @@ type call struct {
 
 // init prepares c for a call to method of target (normalized: one key
 // for every spelling of an address), with the mechanisms of its key.
+//
+// c is a zero call (a new one): the fields are set one by one, which
+// spares copying a whole struct literal on every call.
 func (c *call) init(ctx context.Context, cfg *config, target, method string) {
-	*c = call{ctx: ctx, cfg: cfg, target: target, method: method, st: stateFrom(ctx)}
+	c.ctx, c.cfg, c.target, c.method, c.st = ctx, cfg, target, method, stateFrom(ctx)
 	if c.st != nil {
 		c.info = c.st.Info()
 	}
