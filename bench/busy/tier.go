@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,7 +71,8 @@ func parseTierFlags(args []string, stderr io.Writer) (tierFlags, error) {
 			"  %sURL      (its counters as JSON)\n  %sADDR  (once the next tier is connected)\n"+
 			"Each request's work (--fail-all, --fail, --wait, --workers/--hold, --cpu) runs behind\n"+
 			"every interceptor of the stack, as a handler's would. The stats port also serves\n"+
-			"GET /arrivals (calls per millisecond) and POST /fail-all?on=1 (on=0 ends it).\n"+
+			"GET /arrivals (calls per millisecond), POST /fail-all?on=1 (on=0 ends it) and\n"+
+			"GET /debug/pprof/profile?seconds=N (a CPU profile of the tier under load).\n"+
 			"Stop it with SIGTERM.\n\nFlags:\n", lineStats, lineAddr)
 		fs.PrintDefaults()
 	}
@@ -337,6 +339,8 @@ func serveStats(addr string, t *tier) (stop func(), url string, err error) {
 		return nil, "", fmt.Errorf("stats: %w", err)
 	}
 	mux := http.NewServeMux()
+	// A CPU profile of the tier under load: GET /debug/pprof/profile?seconds=N.
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET "+pathCounts, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, t.counts()) })
 	mux.HandleFunc("GET "+pathArrivals, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, t.arrivals.snapshot()) })
 	mux.HandleFunc("POST "+pathFailAll, func(w http.ResponseWriter, r *http.Request) {
