@@ -19,7 +19,6 @@ type call struct {
 	cfg    *config
 	st     *serverState // the request this call serves, if any
 	info   Info
-	target string
 	method string
 	key    string    // of the per-target mechanisms
 	conn   connState // the call's channel, for the throttle
@@ -45,7 +44,7 @@ type call struct {
 // c is a zero call (a new one): the fields are set one by one, which
 // spares copying a whole struct literal on every call.
 func (c *call) init(ctx context.Context, cfg *config, target, method string) {
-	c.ctx, c.cfg, c.target, c.method, c.st = ctx, cfg, target, method, stateFrom(ctx)
+	c.ctx, c.cfg, c.method, c.st = ctx, cfg, method, stateFrom(ctx)
 	if c.st != nil {
 		c.info = c.st.Info()
 	}
@@ -306,7 +305,7 @@ func (c *call) stop(reason StopReason) error {
 	if c.attempt <= 1 && c.last != nil && (reason == StopNotRetryable || reason == StopCanceled) {
 		return c.last
 	}
-	return newError(c.last, c.attempt, reason, c.target)
+	return newError(c.last, c.attempt, reason)
 }
 
 // canceled ends the call when the caller's context ended during the wait
@@ -319,7 +318,7 @@ func (c *call) canceled() error {
 		return c.stop(StopCanceled)
 	}
 	c.giveUp(StopCanceled)
-	e := newError(c.last, c.attempt, StopCanceled, c.target)
+	e := newError(c.last, c.attempt, StopCanceled)
 	e.st = status.FromContextError(cerr)
 	e.cause = cerr
 	return e

@@ -120,8 +120,8 @@ const ThrottledMessage = "stormguard: target overloaded or down, request not sen
 
 // newError returns the error of a call that stopped for reason after
 // attempts attempts, the last of which ended with last. The target is not
-// put into the error (see Error); the parameter stays for the callers.
-func newError(last error, attempts int, reason StopReason, _ string) *Error {
+// put into the error (see Error).
+func newError(last error, attempts int, reason StopReason) *Error {
 	e := &Error{Attempts: attempts, Reason: reason, last: last}
 	switch reason {
 	case StopBreakerOpen:

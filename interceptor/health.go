@@ -151,9 +151,13 @@ func (sh *selfHealth) setObserver(o Observer) {
 	sh.mu.Unlock()
 }
 
-// admit lets every request run: the server's health is for its callers'
-// balancers to read, not a gate.
-func (sh *selfHealth) admit(*server, *stateCtx, string, grpc.ServerStream) error { return nil }
+// admit lets every request run (the server's health is for its callers'
+// balancers to read, not a gate) and notes the Serving's epoch it starts
+// in, so that its answer counts only if the state has not changed since.
+func (sh *selfHealth) admit(_ *server, sc *stateCtx, _ string, _ grpc.ServerStream) error {
+	sc.st.epoch = sh.serving.Epoch()
+	return nil
+}
 
 // done records the handler's answer (a panic or a request not run is
 // none).

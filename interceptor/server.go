@@ -70,11 +70,13 @@ var (
 // newServer builds the server interceptors' state from cfg.
 func newServer(cfg *config) server {
 	s := server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission, health: cfg.health, rand: cfg.rand}
-	if cfg.admission != nil {
-		s.mechs = append(s.mechs, (*admissionGuard)(cfg.admission))
-	}
+	// Health first: it notes the epoch a request starts in before the
+	// request waits in admission's queue.
 	if cfg.health != nil {
 		s.mechs = append(s.mechs, cfg.health)
+	}
+	if cfg.admission != nil {
+		s.mechs = append(s.mechs, (*admissionGuard)(cfg.admission))
 	}
 	return s
 }
@@ -113,9 +115,6 @@ func (s *server) begin(ctx context.Context, method string) *stateCtx {
 func (s *server) beginIn(sc *stateCtx, ctx context.Context, method string) {
 	sc.Context = ctx
 	sc.st.srv, sc.st.in, sc.st.method = s, ctx, method
-	if s.health != nil {
-		sc.st.epoch = s.health.serving.Epoch()
-	}
 	if s.observer != nil {
 		s.observer.Observe(ctx, Event{Kind: EventRequestReceived, Method: method, Info: sc.st.Info()})
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -111,17 +110,7 @@ func writeBusy(w io.Writer, r busyReport) error {
 			all.RetryBudget, all.RetryBreaker, strings.Join(downs, ", "))
 	}
 	fmt.Fprintln(w)
-	lw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, l := range r.legend {
-		fmt.Fprintln(lw, l)
-	}
-	if err := lw.Flush(); err != nil {
-		return err
-	}
-	for _, n := range r.notes {
-		fmt.Fprintln(w, n)
-	}
-	return nil
+	return writeLegend(w, r.legend, r.notes)
 }
 
 // groupByFactor splits the columns into runs of one factor, in order.
@@ -174,7 +163,5 @@ func writeBusyJSON(w io.Writer, r busyReport) error {
 	if r.Columns == nil {
 		r.Columns = []busyColumn{}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return encodeJSON(w, r)
 }

@@ -13,9 +13,14 @@ func writeJSON(w io.Writer, rs []result) error {
 	if rs == nil {
 		rs = []result{}
 	}
+	return encodeJSON(w, rs)
+}
+
+// encodeJSON writes v as indented JSON, the form of every -json output.
+func encodeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(rs)
+	return enc.Encode(v)
 }
 
 // writeTable writes the results as two tables, one row per mode each:

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -86,17 +85,7 @@ func writeSliced(w io.Writer, r sliced) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	lw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, l := range r.legend {
-		fmt.Fprintln(lw, l)
-	}
-	if err := lw.Flush(); err != nil {
-		return err
-	}
-	for _, n := range r.notes {
-		fmt.Fprintln(w, n)
-	}
-	return nil
+	return writeLegend(w, r.legend, r.notes)
 }
 
 func recoveryText(ms int64) string {
@@ -111,7 +100,21 @@ func writeSlicedJSON(w io.Writer, r sliced) error {
 	if r.Columns == nil {
 		r.Columns = []column{}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return encodeJSON(w, r)
+}
+
+// writeLegend writes a table's legend ("name\twhat it is" lines, aligned)
+// and its notes.
+func writeLegend(w io.Writer, legend, notes []string) error {
+	lw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, l := range legend {
+		fmt.Fprintln(lw, l)
+	}
+	if err := lw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	return nil
 }
