@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health" // also registers the client-side health checker
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/adaptive"
@@ -308,6 +311,82 @@ func Stacks() []Stack {
 			build:         func(e *env) (testsvc.Config, error) { return recommendedConfig(e, true) },
 		},
 	}
+}
+
+// DiagnosticStacks returns stacks that take one part of stormguard
+// apart to measure what it costs: they run in no scenario, only where
+// named (a tier's --stack).
+func DiagnosticStacks() []Stack {
+	return []Stack{{
+		Name: "noop-interceptor",
+		Desc: "no interceptor but one that passes every call a tier makes (not the edge's) on untouched: what a unary client interceptor costs by itself",
+		build: func(*env) (testsvc.Config, error) {
+			return testsvc.Config{DialOptions: func(hop int) []grpc.DialOption {
+				if hop == 0 {
+					return nil
+				}
+				return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+					return invoker(ctx, method, req, reply, cc, opts...)
+				})}
+			}}, nil
+		},
+	}, {
+		Name: "stack-pad",
+		Desc: "no interceptor but a server one on every tier that runs the handler below a 1 KB stack frame, as a handler that does a little more than forward would: what a deeper handler stack costs by itself (the stack growth of each request's goroutine)",
+		build: func(*env) (testsvc.Config, error) {
+			return withStackPad(testsvc.Config{}), nil
+		},
+	}, {
+		Name: "recommended-stack-pad", Stormguard: true,
+		Desc: "recommended on a chain whose handlers run below stack-pad's 1 KB frame: what stormguard costs where the handler's stack is not right at the edge of its size",
+		build: func(e *env) (testsvc.Config, error) {
+			cfg, err := recommendedConfig(e, false)
+			return withStackPad(cfg), err
+		},
+	}, {
+		Name: "depth-header",
+		Desc: "no interceptor but one that adds x-call-depth to every call a tier makes (not the edge's), as stormguard's first attempts do: what carrying the attempt metadata costs by itself",
+		build: func(*env) (testsvc.Config, error) {
+			return testsvc.Config{DialOptions: func(hop int) []grpc.DialOption {
+				if hop == 0 {
+					return nil
+				}
+				depth := strconv.Itoa(hop)
+				return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+					return invoker(metadata.AppendToOutgoingContext(ctx, interceptor.MetadataDepth, depth), method, req, reply, cc, opts...)
+				})}
+			}}, nil
+		},
+	}}
+}
+
+// withStackPad adds, outermost on every tier's server, an interceptor
+// that runs the rest below a 1 KB frame (padded).
+func withStackPad(cfg testsvc.Config) testsvc.Config {
+	own := cfg.ServerOptions
+	cfg.ServerOptions = func(tier int) []grpc.ServerOption {
+		pad := grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return padded(len(info.FullMethod), func() (any, error) { return h(ctx, req) })
+		})
+		if own == nil {
+			return []grpc.ServerOption{pad}
+		}
+		return append([]grpc.ServerOption{pad}, own(tier)...)
+	}
+	return cfg
+}
+
+// padded runs f below a frame of 1 KB that stays live across the call.
+//
+//go:noinline
+func padded(n int, f func() (any, error)) (any, error) {
+	var pad [1024]byte
+	pad[n%len(pad)] = 1
+	r, err := f()
+	if pad[(n+1)%len(pad)] != 0 { // never: keeps pad live across f
+		return nil, nil
+	}
+	return r, err
 }
 
 // failsafeRetry is failsafegrpc's retry policy (UNAVAILABLE,

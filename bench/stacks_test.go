@@ -2,13 +2,16 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/stormguard/stormguard/interceptor"
 	"github.com/stormguard/stormguard/internal/testsvc"
@@ -123,6 +126,49 @@ func TestStormguardStacksObserved(t *testing.T) {
 				resp, err := healthpb.NewHealthClient(c.Conn(tier)).Check(ctx, &healthpb.HealthCheckRequest{})
 				if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 					t.Errorf("tier %d: health Check: %v, %v; want SERVING", tier, resp.GetStatus(), err)
+				}
+			}
+		})
+	}
+}
+
+// TestDiagnosticStacks: each diagnostic stack serves a call through the
+// chain, and depth-header delivers x-call-depth as stormguard's first
+// attempts do (recommended-stack-pad is stormguard): none to gateway, 1
+// to order, 2 to payment.
+func TestDiagnosticStacks(t *testing.T) {
+	for _, s := range DiagnosticStacks() {
+		t.Run(s.Name, func(t *testing.T) {
+			inst, err := s.Instance(InstanceOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got [3]atomic.Value
+			cfg := inst.Config
+			own := cfg.ServerOptions
+			cfg.ServerOptions = func(tier int) []grpc.ServerOption {
+				seen := grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+					got[tier].Store(strings.Join(metadata.ValueFromIncomingContext(ctx, interceptor.MetadataDepth), ","))
+					return h(ctx, req)
+				})
+				if own == nil {
+					return []grpc.ServerOption{seen}
+				}
+				return append([]grpc.ServerOption{seen}, own(tier)...)
+			}
+			c := testsvc.New(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{Id: "1"}); err != nil {
+				t.Fatal(err)
+			}
+			want := [3]string{"", "", ""}
+			if s.Name == "depth-header" || s.Stormguard {
+				want = [3]string{"", "1", "2"}
+			}
+			for tier := range got {
+				if v, _ := got[tier].Load().(string); v != want[tier] {
+					t.Errorf("tier %d received x-call-depth %q, want %q", tier, v, want[tier])
 				}
 			}
 		})

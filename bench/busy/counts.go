@@ -41,6 +41,11 @@ type Counts struct {
 	TargetUp   int64 `json:"target_up"`
 	NotServing int64 `json:"not_serving"`
 	Serving    int64 `json:"serving"`
+
+	// CPU: the process's CPU time (user and system) in nanoseconds, a
+	// steadier measure of what a stack costs than goodput on a shared
+	// machine.
+	CPU int64 `json:"cpu_ns"`
 }
 
 // The refusals the issue counts: "any attempt stormguard declined
@@ -88,6 +93,7 @@ func (c Counts) combine(o Counts, sign int64) Counts {
 	r.TargetUp += sign * o.TargetUp
 	r.NotServing += sign * o.NotServing
 	r.Serving += sign * o.Serving
+	r.CPU += sign * o.CPU
 	r.Admission = combineMaps(c.Admission, o.Admission, sign)
 	r.RetryRefused = combineMaps(c.RetryRefused, o.RetryRefused, sign)
 	return r

@@ -43,6 +43,9 @@ type Figures struct {
 	// PaymentPerRequest: calls that reached payment (every replica) per
 	// request started.
 	PaymentPerRequest float64
+	// TierCPU: the CPU time of every tier's process per request
+	// started, retries included.
+	TierCPU time.Duration
 	// Counted: the refusals and downs were counted: a stormguard stack
 	// (its observer counts them), or none, which has nothing to refuse.
 	// Other stacks' refusals (a peer's budget) are not seen.
@@ -80,6 +83,7 @@ func figures(r Run, from, to time.Duration) Figures {
 	}
 	if n := len(r.Samples); n > 0 {
 		f.PaymentPerRequest = float64(pay) / float64(n)
+		f.TierCPU = time.Duration(tot.CPU / int64(n))
 	}
 	return f
 }
@@ -132,6 +136,7 @@ func median(fs []Figures) Figures {
 		TargetDown:        med(fs, func(f Figures) int64 { return f.TargetDown }),
 		NotServing:        med(fs, func(f Figures) int64 { return f.NotServing }),
 		PaymentPerRequest: med(fs, func(f Figures) float64 { return f.PaymentPerRequest }),
+		TierCPU:           med(fs, func(f Figures) time.Duration { return f.TierCPU }),
 		Counted:           fs[0].Counted,
 	}
 }

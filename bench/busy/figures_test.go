@@ -65,9 +65,9 @@ func TestFiguresAndMedian(t *testing.T) {
 		{Start: 100 * ms, Latency: 990 * ms, Code: codes.OK}, // ends after the load: not goodput
 		{Start: 200 * ms, Latency: ms, Code: codes.Unavailable},
 		{Start: 300 * ms, Latency: 20 * ms, Code: codes.OK},
-	}}, Counts: ChainCounts{Tiers: []Counts{{Received: 8}, {}, {}}, Payments: 1}}
+	}}, Counts: ChainCounts{Tiers: []Counts{{Received: 8, CPU: 3e6}, {CPU: 1e6}, {CPU: 4e6}}, Payments: 1}}
 	f := figures(r, 0, time.Second)
-	if f.Requests != 4 || f.Success != 0.75 || f.Goodput != 2 || f.PaymentPerRequest != 2 || !f.Counted {
+	if f.Requests != 4 || f.Success != 0.75 || f.Goodput != 2 || f.PaymentPerRequest != 2 || !f.Counted || f.TierCPU != 2*ms {
 		t.Errorf("figures: %+v", f)
 	}
 	if f.P99OK != 990*ms || f.P99 != 990*ms {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/stormguard/stormguard/bench"
@@ -245,11 +246,12 @@ func (h *Harness) fixed(callers int, length, deadline time.Duration) drive {
 }
 
 // fixedHead is the head of the fixed-concurrency tables.
-var fixedHead = []string{"callers", "stack", "success", "goodput (ok/s): median (range)", "vs none", "p99", "p99 of successes", "refusals", "downs", "calls at payment / request"}
+var fixedHead = []string{"callers", "stack", "success", "goodput (ok/s): median (range)", "vs none", "p99", "p99 of successes", "refusals", "downs", "calls at payment / request", "tiers' CPU / request", "vs none"}
 
 func fixedRow(t *table, callers int, stack string, f, none Figures) {
 	t.row(callers, stack, pct2(f.Success), goodput(f), ratio(f.Goodput, none.Goodput),
-		ms(f.P99), ms(f.P99OK), refusals(f), downs(f), fmt.Sprintf("%.3f", f.PaymentPerRequest))
+		ms(f.P99), ms(f.P99OK), refusals(f), downs(f), fmt.Sprintf("%.3f", f.PaymentPerRequest),
+		fmt.Sprintf("%.0f µs", float64(f.TierCPU)/float64(time.Microsecond)), ratio(float64(f.TierCPU), float64(none.TierCPU)))
 }
 
 // capacity is scenario 1: a healthy chain at capacity, payment burning
@@ -489,11 +491,17 @@ func reached(runs []Run) float64 {
 // Describe prints the stacks a run measures, for the head of the output.
 func (h *Harness) Describe() {
 	desc := map[string]string{}
-	for _, s := range bench.Stacks() {
+	for _, s := range append(bench.Stacks(), bench.DiagnosticStacks()...) {
 		desc[s.Name] = s.Desc
 	}
 	fmt.Fprintf(h.Out, "Stacks (on every tier, client and server side):\n\n")
-	for _, s := range h.stacks(withStacks(true)) {
+	names := withStacks(true)
+	for _, s := range slices.Concat(h.Params.CapStacks, h.Params.SlowStacks) {
+		if !slices.Contains(names, s) {
+			names = append(names, s)
+		}
+	}
+	for _, s := range h.stacks(names) {
 		fmt.Fprintf(h.Out, "- `%s`: %s\n", s, desc[s])
 	}
 	fmt.Fprintln(h.Out)

@@ -168,6 +168,11 @@ func TestScenarioCapacity(t *testing.T) {
 		if f.Admission != 0 || f.Throttled != 0 || f.Downs != 0 {
 			t.Errorf("%s, recommended: %d shed, %d throttled, %d downs; want none", name, f.Admission, f.Throttled, f.Downs)
 		}
+		// Every tier process reports its CPU time: payment alone burns
+		// CPU per request.
+		if f.TierCPU <= 0 || off.TierCPU <= 0 {
+			t.Errorf("%s: tiers' CPU per request %v (none %v), want > 0", name, f.TierCPU, off.TierCPU)
+		}
 	}
 }
 

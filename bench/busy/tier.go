@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -134,7 +135,7 @@ func loopback(addr string) error {
 // findStack returns the bench stack called name.
 func findStack(name string) (bench.Stack, error) {
 	var names []string
-	for _, s := range bench.Stacks() {
+	for _, s := range append(bench.Stacks(), bench.DiagnosticStacks()...) {
 		if s.Name == name {
 			return s, nil
 		}
@@ -240,6 +241,10 @@ func (t *tier) counts() Counts {
 		c.Sent = t.sentTo.Attempts(testsvc.Unary)
 	}
 	t.obs.fill(&c)
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		c.CPU = ru.Utime.Nano() + ru.Stime.Nano()
+	}
 	return c
 }
 

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/stormguard/stormguard/bench"
 	"github.com/stormguard/stormguard/bench/busy"
 )
 
@@ -49,7 +50,7 @@ func main() {
 type options struct {
 	load, ghz, proto, importPath, tier string
 	conns, runs                        int
-	quick, verbose                     bool
+	quick, verbose, diagnose           bool
 	only, stacks                       *regexp.Regexp
 	cpu                                time.Duration
 	seed                               uint64
@@ -72,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cpu, "cpu", busy.DefaultParams.CPU, "CPU per request of the CPU-bound payment (calibrated once, at start)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the random failures")
 	fs.BoolVar(&o.verbose, "v", false, "pass every tier's log to stderr")
+	fs.BoolVar(&o.diagnose, "diagnose", false, "add the diagnostic stacks (bench.DiagnosticStacks: what one part of stormguard costs) to the capacity and slow scenarios")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -150,6 +152,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		p = busy.Quick(p)
 	}
 	p.CPU = o.cpu
+	if o.diagnose {
+		for _, s := range bench.DiagnosticStacks() {
+			p.CapStacks = append(p.CapStacks, s.Name)
+			p.SlowStacks = append(p.SlowStacks, s.Name)
+		}
+	}
 	if p.CPUUnits, err = busy.Calibrate(p.CPU); err != nil {
 		return fmt.Errorf("-cpu: %w", err)
 	}
