@@ -39,7 +39,7 @@ const (
 	Overload
 	// Ignored: the attempt says nothing about the target (the caller
 	// cancelled, or a tier below refused on its own behalf). Values other
-	// than Accept, Overload and Busy are treated as Ignored.
+	// than Accept, Overload, Busy and Silence are treated as Ignored.
 	Ignored
 	// Busy: the target refused the attempt to protect itself (admission
 	// control shed it): it is alive and serving what it can. A busy
@@ -49,9 +49,18 @@ const (
 	// marks the target down, and it ends a down state as an accept does.
 	// Busy is not broken.
 	Busy
+	// Silence: the caller's deadline ran out before the target answered
+	// the attempt. It is an Overload if the target answered nothing
+	// since the attempt was allowed (a hang: nothing comes back), and is
+	// Ignored if it answered others meanwhile: then the deadline was
+	// shorter than the target's latency of the moment, as on a healthy
+	// chain at capacity whose latency is the callers' deadline, which a
+	// client cannot shed away (a caller at a fixed concurrency sends its
+	// next request the moment it is refused).
+	Silence
 )
 
-// String returns "accept", "overload" or "ignored".
+// String returns "accept", "overload", "ignored", "busy" or "silence".
 func (o Outcome) String() string {
 	switch o {
 	case Accept:
@@ -62,6 +71,8 @@ func (o Outcome) String() string {
 		return "ignored"
 	case Busy:
 		return "busy"
+	case Silence:
+		return "silence"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }
@@ -129,6 +140,11 @@ type Throttle struct {
 	_    [56]byte
 
 	mu sync.Mutex
+	// answers counts the answers (accepts and busy answers), written
+	// under mu (next to it: every outcome writes that line anyway) and
+	// read without: a Permit notes it, so that a Silence can tell
+	// whether the target answered while its attempt waited.
+	answers atomic.Uint64
 	// Guarded by mu.
 	buckets    [numBuckets]bucket
 	gen        uint64 // grows on every change between up and down
@@ -233,9 +249,10 @@ func (t *Throttle) draw() float64 {
 // Permit is the right to make one attempt, returned by Allow. Report
 // what the attempt showed with Done. The zero Permit's Done does nothing.
 type Permit struct {
-	t     *Throttle
-	gen   uint64
-	probe bool
+	t       *Throttle
+	gen     uint64
+	answers uint64 // t.answers when allowed
+	probe   bool
 }
 
 // Probe reports whether the Permit is for a probe of a down target.
@@ -250,7 +267,7 @@ func (p Permit) Probe() bool { return p.probe }
 func (t *Throttle) Allow(retry bool) (Permit, error) {
 	if w := t.word.Load(); w&1 == 1 {
 		// The common case, a healthy target: no lock, no clock.
-		return Permit{t: t, gen: w >> 1}, nil
+		return Permit{t: t, gen: w >> 1, answers: t.answers.Load()}, nil
 	}
 	u := t.draw()
 	el := t.elapsed()
@@ -278,7 +295,7 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 	}
 	gen := t.gen
 	t.mu.Unlock()
-	return Permit{t: t, gen: gen}, nil
+	return Permit{t: t, gen: gen, answers: t.answers.Load()}, nil
 }
 
 // probability returns the shedding probability at el. t.mu is held.
@@ -349,7 +366,7 @@ func (t *Throttle) allowDown(el int64, u float64, retry bool) (Permit, error) {
 	t.stats.Probes++
 	gen := t.gen
 	t.mu.Unlock()
-	return Permit{t: t, gen: gen, probe: true}, nil
+	return Permit{t: t, gen: gen, answers: t.answers.Load(), probe: true}, nil
 }
 
 // probeGap is ProbeInterval spread over [0.5, 1.5) by u.
@@ -362,6 +379,12 @@ func (t *Throttle) probeGap(u float64) int64 {
 // Outcomes of attempts allowed before the last change between up and
 // down count only as an Accept ending a down state (the target answered).
 func (p Permit) Done(o Outcome) {
+	if o == Silence && p.t != nil {
+		o = Overload
+		if p.t.answers.Load() != p.answers {
+			return // the target answered others meanwhile (see Silence)
+		}
+	}
 	if p.t == nil || (o != Accept && o != Overload && o != Busy) {
 		return
 	}
@@ -376,6 +399,9 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 	el := t.elapsed()
 	t.mu.Lock()
 	changed := false
+	if o == Accept || o == Busy {
+		t.answers.Add(1)
+	}
 	if t.back != nil && (o == Accept || o == Busy) {
 		// An answer: the target serves (see Back).
 		close(t.back)

@@ -719,3 +719,58 @@ func TestBack(t *testing.T) {
 		t.Errorf("Hold longer than the window: got %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestSilence: a deadline that ran out counts against the target only if
+// the target answered nothing while the attempt waited. On a chain at
+// capacity, attempts whose deadline is the chain's latency expire among
+// answers: the target is neither shed nor marked down. A hang, where
+// nothing answers, is overload as before.
+func TestSilence(t *testing.T) {
+	t.Run("among answers", func(t *testing.T) {
+		// Rand 0: any shedding probability above zero sheds.
+		th, clk := newTest(t, Config{Rand: fixedRand(0)})
+		for range 100 {
+			attempt(th, false, Accept)
+			clk.Advance(ms)
+		}
+		// For 2 s, of every four attempts in flight together three
+		// expire and one is answered (25 % success: K = 3 would shed).
+		for range 2000 {
+			var ps [4]Permit
+			for i := range ps {
+				p, err := th.Allow(false)
+				if err != nil {
+					t.Fatalf("attempt refused: %v (stats %+v)", err, th.Stats())
+				}
+				ps[i] = p
+			}
+			clk.Advance(ms)
+			ps[0].Done(Accept)
+			for _, p := range ps[1:] {
+				p.Done(Silence)
+			}
+		}
+		if st := th.Stats(); st.Down || st.Shed != 0 || st.Downs != 0 {
+			t.Errorf("deadlines that ran out among answers: stats %+v, want nothing shed, never down", st)
+		}
+	})
+	t.Run("hang", func(t *testing.T) {
+		th, clk := newTest(t, Config{})
+		for range 100 {
+			attempt(th, false, Accept)
+			clk.Advance(ms)
+		}
+		// Nothing answers any more: every attempt's deadline runs out.
+		for range 100 {
+			if p, err := th.Allow(false); err == nil {
+				clk.Advance(ms)
+				p.Done(Silence)
+			} else {
+				clk.Advance(ms)
+			}
+		}
+		if !th.Down() {
+			t.Errorf("a hang of 100 ms after healthy traffic: not down (stats %+v)", th.Stats())
+		}
+	})
+}

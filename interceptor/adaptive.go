@@ -158,7 +158,7 @@ func (g *throttleGuard) done(c *call, a *attempt, o outcome) {
 	switch {
 	case o.kind.revives() && p.Probe():
 		t.Revive()
-	case to == adaptive.Overload && c.conn != nil:
+	case (to == adaptive.Overload || to == adaptive.Silence) && c.conn != nil:
 		reportConn(t, c.conn)
 	}
 	p.Done(to)

@@ -174,8 +174,12 @@ func (k outcomeKind) forThrottle() adaptive.Outcome {
 	switch k {
 	case outcomeSuccess, outcomeAnswer:
 		return adaptive.Accept
-	case outcomeOverload, outcomeTimeout, outcomeHang:
+	case outcomeOverload, outcomeTimeout:
 		return adaptive.Overload
+	case outcomeHang:
+		// An overload only if the target answered nothing while the
+		// attempt waited (see adaptive.Silence).
+		return adaptive.Silence
 	case outcomeBusy:
 		return adaptive.Busy
 	}

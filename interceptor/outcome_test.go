@@ -100,7 +100,7 @@ func parseEnding(t *testing.T, r outcomeRow) ending {
 
 var (
 	breakerWords  = map[breaker.Outcome]string{breaker.Success: "success", breaker.Failure: "failure", breaker.Ignored: "ignored"}
-	throttleWords = map[adaptive.Outcome]string{adaptive.Accept: "accept", adaptive.Overload: "overload", adaptive.Busy: "busy", adaptive.Ignored: "—"}
+	throttleWords = map[adaptive.Outcome]string{adaptive.Accept: "accept", adaptive.Overload: "overload", adaptive.Busy: "busy", adaptive.Ignored: "—", adaptive.Silence: "silence"}
 )
 
 // What each mechanism hears, and whether the call may retry, follows the

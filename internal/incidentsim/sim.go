@@ -438,9 +438,11 @@ func (s *sim) answer(e *event) {
 	callerDone := e.timedOut && t >= r.deadline
 	if callerDone {
 		// The caller's deadline: the breaker ignores it (as the
-		// interceptor does today), the throttle counts a hang.
+		// interceptor does today), the throttle hears silence (a hang
+		// unless the target answered others meanwhile), as the
+		// interceptor's throttle does.
 		r.bp.Done(breaker.Ignored)
-		r.ap.Done(adaptive.Overload)
+		r.ap.Done(adaptive.Silence)
 		return
 	}
 	r.bp.Done(breaker.Failure)
