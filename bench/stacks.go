@@ -318,18 +318,9 @@ func Stacks() []Stack {
 // named (a tier's --stack).
 func DiagnosticStacks() []Stack {
 	return []Stack{{
-		Name: "noop-interceptor",
-		Desc: "no interceptor but one that passes every call a tier makes (not the edge's) on untouched: what a unary client interceptor costs by itself",
-		build: func(*env) (testsvc.Config, error) {
-			return testsvc.Config{DialOptions: func(hop int) []grpc.DialOption {
-				if hop == 0 {
-					return nil
-				}
-				return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-					return invoker(ctx, method, req, reply, cc, opts...)
-				})}
-			}}, nil
-		},
+		Name:  "noop-interceptor",
+		Desc:  "no interceptor but one that passes every call a tier makes (not the edge's) on untouched: what a unary client interceptor costs by itself",
+		build: tierClients(func(context.Context, int) context.Context { return nil }),
 	}, {
 		Name: "stack-pad",
 		Desc: "no interceptor but a server one on every tier that runs the handler below a 1 KB stack frame, as a handler that does a little more than forward would: what a deeper handler stack costs by itself (the stack growth of each request's goroutine)",
@@ -346,18 +337,29 @@ func DiagnosticStacks() []Stack {
 	}, {
 		Name: "depth-header",
 		Desc: "no interceptor but one that adds x-call-depth to every call a tier makes (not the edge's), as stormguard's first attempts do: what carrying the attempt metadata costs by itself",
-		build: func(*env) (testsvc.Config, error) {
-			return testsvc.Config{DialOptions: func(hop int) []grpc.DialOption {
-				if hop == 0 {
-					return nil
-				}
-				depth := strconv.Itoa(hop)
-				return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-					return invoker(metadata.AppendToOutgoingContext(ctx, interceptor.MetadataDepth, depth), method, req, reply, cc, opts...)
-				})}
-			}}, nil
-		},
+		build: tierClients(func(ctx context.Context, hop int) context.Context {
+			return metadata.AppendToOutgoingContext(ctx, interceptor.MetadataDepth, strconv.Itoa(hop))
+		}),
 	}}
+}
+
+// tierClients builds a stack with one unary client interceptor on the
+// client of every tier (not the edge's), which sends each call with the
+// context with returns for the hop (nil: the call's own).
+func tierClients(with func(ctx context.Context, hop int) context.Context) func(*env) (testsvc.Config, error) {
+	return func(*env) (testsvc.Config, error) {
+		return testsvc.Config{DialOptions: func(hop int) []grpc.DialOption {
+			if hop == 0 {
+				return nil
+			}
+			return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				if c := with(ctx, hop); c != nil {
+					ctx = c
+				}
+				return invoker(ctx, method, req, reply, cc, opts...)
+			})}
+		}}, nil
+	}
 }
 
 // withStackPad adds, outermost on every tier's server, an interceptor
