@@ -28,8 +28,9 @@
 //     accept. A deadline that ran out while the target answered other
 //     attempts is no hang (Silence): the target's latency was the
 //     deadline's, as on a chain at capacity loaded by a fixed number of
-//     callers, which shedding cannot relieve. Random failures of 30 % leave p at zero for any K >= 1/0.7:
-//     the default K = 3 is silent up to 2/3 failures. Requests are counted
+//     callers, which shedding cannot relieve. Random failures of 30 %
+//     leave p at zero for any K >= 1/0.7: the default K = 3 is silent up
+//     to 2/3 failures. Requests are counted
 //     when their outcome comes, so that attempts in flight do not look
 //     refused at low counts, and nothing is shed below ten requests in
 //     the window (the down rule covers quiet clients). Requests shed

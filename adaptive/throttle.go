@@ -379,13 +379,16 @@ func (t *Throttle) probeGap(u float64) int64 {
 // Outcomes of attempts allowed before the last change between up and
 // down count only as an Accept ending a down state (the target answered).
 func (p Permit) Done(o Outcome) {
-	if o == Silence && p.t != nil {
-		o = Overload
+	if p.t == nil {
+		return
+	}
+	if o == Silence {
 		if p.t.answers.Load() != p.answers {
 			return // the target answered others meanwhile (see Silence)
 		}
+		o = Overload
 	}
-	if p.t == nil || (o != Accept && o != Overload && o != Busy) {
+	if o != Accept && o != Overload && o != Busy {
 		return
 	}
 	p.t.done(p.gen, o)

@@ -313,6 +313,10 @@ func Stacks() []Stack {
 	}
 }
 
+// AllStacks returns Stacks and then DiagnosticStacks: every stack a
+// tier or a run can be given by name.
+func AllStacks() []Stack { return append(Stacks(), DiagnosticStacks()...) }
+
 // DiagnosticStacks returns stacks that take one part of stormguard
 // apart to measure what it costs: they run in no scenario, only where
 // named (a tier's --stack).
@@ -320,7 +324,7 @@ func DiagnosticStacks() []Stack {
 	return []Stack{{
 		Name:  "noop-interceptor",
 		Desc:  "no interceptor but one that passes every call a tier makes (not the edge's) on untouched: what a unary client interceptor costs by itself",
-		build: tierClients(func(context.Context, int) context.Context { return nil }),
+		build: tierClients(func(ctx context.Context, _ int) context.Context { return ctx }),
 	}, {
 		Name: "stack-pad",
 		Desc: "no interceptor but a server one on every tier that runs the handler below a 1 KB stack frame, as a handler that does a little more than forward would: what a deeper handler stack costs by itself (the stack growth of each request's goroutine)",
@@ -345,7 +349,7 @@ func DiagnosticStacks() []Stack {
 
 // tierClients builds a stack with one unary client interceptor on the
 // client of every tier (not the edge's), which sends each call with the
-// context with returns for the hop (nil: the call's own).
+// context with returns for it and the hop.
 func tierClients(with func(ctx context.Context, hop int) context.Context) func(*env) (testsvc.Config, error) {
 	return func(*env) (testsvc.Config, error) {
 		return testsvc.Config{DialOptions: func(hop int) []grpc.DialOption {
@@ -353,10 +357,7 @@ func tierClients(with func(ctx context.Context, hop int) context.Context) func(*
 				return nil
 			}
 			return []grpc.DialOption{grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				if c := with(ctx, hop); c != nil {
-					ctx = c
-				}
-				return invoker(ctx, method, req, reply, cc, opts...)
+				return invoker(with(ctx, hop), method, req, reply, cc, opts...)
 			})}
 		}}, nil
 	}

@@ -491,7 +491,7 @@ func reached(runs []Run) float64 {
 // Describe prints the stacks a run measures, for the head of the output.
 func (h *Harness) Describe() {
 	desc := map[string]string{}
-	for _, s := range append(bench.Stacks(), bench.DiagnosticStacks()...) {
+	for _, s := range bench.AllStacks() {
 		desc[s.Name] = s.Desc
 	}
 	fmt.Fprintf(h.Out, "Stacks (on every tier, client and server side):\n\n")

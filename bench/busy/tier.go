@@ -135,7 +135,7 @@ func loopback(addr string) error {
 // findStack returns the bench stack called name.
 func findStack(name string) (bench.Stack, error) {
 	var names []string
-	for _, s := range append(bench.Stacks(), bench.DiagnosticStacks()...) {
+	for _, s := range bench.AllStacks() {
 		if s.Name == name {
 			return s, nil
 		}

@@ -437,10 +437,9 @@ func (s *sim) answer(e *event) {
 	}
 	callerDone := e.timedOut && t >= r.deadline
 	if callerDone {
-		// The caller's deadline: the breaker ignores it (as the
-		// interceptor does today), the throttle hears silence (a hang
-		// unless the target answered others meanwhile), as the
-		// interceptor's throttle does.
+		// The caller's deadline: the simulator's breaker ignores it;
+		// the throttle hears silence (a hang unless the target
+		// answered others meanwhile), as the interceptor's does.
 		r.bp.Done(breaker.Ignored)
 		r.ap.Done(adaptive.Silence)
 		return
