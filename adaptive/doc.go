@@ -28,7 +28,11 @@
 //     accept. A deadline that ran out while the target answered other
 //     attempts is no hang (Silence): the target's latency was the
 //     deadline's, as on a chain at capacity loaded by a fixed number of
-//     callers, which shedding cannot relieve. Random failures of 30 %
+//     callers, which shedding cannot relieve. Nor are silences that
+//     all end within DownAfter of the first (attempts sent at once whose
+//     deadlines run out together, a client process that did not run
+//     for a moment): they count once they have gone on for DownAfter,
+//     and then all of them. Random failures of 30 %
 //     leave p at zero for any K >= 1/0.7: the default K = 3 is silent up
 //     to 2/3 failures. Requests are counted
 //     when their outcome comes, so that attempts in flight do not look

@@ -51,12 +51,17 @@ const (
 	Busy
 	// Silence: the caller's deadline ran out before the target answered
 	// the attempt. It is an Overload if the target answered nothing
-	// since the attempt was allowed (a hang: nothing comes back), and is
-	// Ignored if it answered others meanwhile: then the deadline was
-	// shorter than the target's latency of the moment, as on a healthy
-	// chain at capacity whose latency is the callers' deadline, which a
-	// client cannot shed away (a caller at a fixed concurrency sends its
-	// next request the moment it is refused).
+	// since the attempt was allowed and such silences have gone on for
+	// DownAfter (a hang: nothing comes back), and is Ignored otherwise.
+	// If the target answered others meanwhile, the deadline was shorter
+	// than the target's latency of the moment, as on a healthy chain at
+	// capacity whose latency is the callers' deadline, which a client
+	// cannot shed away (a caller at a fixed concurrency sends its next
+	// request the moment it is refused). Silences that all end within
+	// DownAfter of the first are one event, not evidence: many attempts
+	// sent at once whose deadlines run out together, or a caller's
+	// process that did not run for a moment (on a saturated machine its
+	// deadline timers fire before it reads the answers waiting for it).
 	Silence
 )
 
@@ -146,6 +151,13 @@ type Throttle struct {
 	// whether the target answered while its attempt waited.
 	answers atomic.Uint64
 	// Guarded by mu.
+	// silent: silences came with no answer since silentAt (answers then),
+	// the first of them at silentFrom; silentN of them, not yet counted
+	// (see silences).
+	silent     bool
+	silentAt   uint64
+	silentFrom int64
+	silentN    int64
 	buckets    [numBuckets]bucket
 	gen        uint64 // grows on every change between up and down
 	down       bool
@@ -382,13 +394,10 @@ func (p Permit) Done(o Outcome) {
 	if p.t == nil {
 		return
 	}
-	if o == Silence {
-		if p.t.answers.Load() != p.answers {
-			return // the target answered others meanwhile (see Silence)
-		}
-		o = Overload
+	if o == Silence && p.t.answers.Load() != p.answers {
+		return // the target answered others meanwhile (see Silence)
 	}
-	if o != Accept && o != Overload && o != Busy {
+	if o != Accept && o != Overload && o != Busy && o != Silence {
 		return
 	}
 	p.t.done(p.gen, o)
@@ -396,11 +405,19 @@ func (p Permit) Done(o Outcome) {
 
 func (t *Throttle) done(gen uint64, o Outcome) {
 	var u float64
-	if o == Overload {
+	if o == Overload || o == Silence {
 		u = t.draw()
 	}
 	el := t.elapsed()
 	t.mu.Lock()
+	n, from := int64(1), el // overload failures, the first at from
+	if o == Silence {
+		if n, from = t.silences(el); n == 0 {
+			t.mu.Unlock()
+			return
+		}
+		o = Overload
+	}
 	changed := false
 	if o == Accept || o == Busy {
 		t.answers.Add(1)
@@ -441,11 +458,11 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 		if t.down || gen != t.gen {
 			break
 		}
-		t.bucket(el).req++
+		t.bucket(el).req += n
 		if t.run == 0 {
-			t.runStart = el
+			t.runStart = from
 		}
-		t.run++
+		t.run += n
 		t.lastFail, t.fresh = el, 0
 		since := t.runStart
 		if t.accepted {
@@ -478,8 +495,29 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 	}
 }
 
+// silences notes a silence at el (an attempt whose deadline ran out with
+// no answer from the target while it waited) and returns how many
+// silences count as overload failures now, and when the first of them
+// came. Silences since the last answer count once they have gone on for
+// DownAfter (see Silence), and then all of them: a hang is caught
+// DownAfter after its first deadline ran out (before, at the eighth
+// silence), while silences that end together count for nothing.
+// t.mu is held.
+func (t *Throttle) silences(el int64) (n, from int64) {
+	if a := t.answers.Load(); !t.silent || t.silentAt != a {
+		t.silent, t.silentAt, t.silentFrom, t.silentN = true, a, el, 0
+	}
+	t.silentN++
+	if el-t.silentFrom < int64(t.cfg.DownAfter) {
+		return 0, 0
+	}
+	n, t.silentN = t.silentN, 0
+	return n, t.silentFrom
+}
+
 // setUp ends the down state with an empty window. t.mu is held.
 func (t *Throttle) setUp() {
+	t.silent = false
 	t.down, t.broken = false, false
 	t.gen++
 	t.run = 0

@@ -772,4 +772,57 @@ func TestSilence(t *testing.T) {
 			t.Errorf("a hang of 100 ms after healthy traffic: not down (stats %+v)", th.Stats())
 		}
 	})
+	// 512 callers that sent at once, whose deadlines run out together
+	// (or a client process that did not run for a moment while the
+	// answers waited in its socket): one event, not a hang. Before, the
+	// eight silences in a row, more than DownAfter after the last
+	// answer, marked the target down, and every tier of a saturated
+	// chain flapped (busy slow scenario, 512 callers, 60 ms deadlines).
+	together := func(t *testing.T) (*Throttle, *clock.Fake) {
+		th, clk := newTest(t, Config{Rand: fixedRand(0)})
+		for range 100 {
+			attempt(th, false, Accept)
+			clk.Advance(ms)
+		}
+		var ps [512]Permit
+		for i := range ps {
+			p, err := th.Allow(false)
+			if err != nil {
+				t.Fatalf("attempt %d refused: %v", i, err)
+			}
+			ps[i] = p
+		}
+		clk.Advance(60 * ms)
+		for _, p := range ps {
+			p.Done(Silence)
+		}
+		return th, clk
+	}
+	t.Run("together", func(t *testing.T) {
+		th, clk := together(t)
+		if st := th.Stats(); st.Down || st.Probability != 0 || !th.RetryAllowed() {
+			t.Fatalf("512 silences at once: stats %+v, retry allowed %v; want up, nothing shed", st, th.RetryAllowed())
+		}
+		// The answers come again: the silences are forgotten.
+		attempt(th, false, Accept)
+		clk.Advance(49 * ms)
+		attempt(th, false, Silence)
+		clk.Advance(ms)
+		attempt(th, false, Silence)
+		if st := th.Stats(); st.Down || st.Probability != 0 {
+			t.Fatalf("two silences 1 ms apart after an answer: stats %+v, want up, nothing shed", st)
+		}
+	})
+	t.Run("together, then a hang", func(t *testing.T) {
+		th, clk := together(t)
+		// Nothing answers any more: once the silences have gone on for
+		// DownAfter, all of them count, and the target is down.
+		for i := 0; i < 50 && !th.Down(); i++ {
+			clk.Advance(ms)
+			attempt(th, false, Silence)
+		}
+		if !th.Down() {
+			t.Fatalf("silences for 50 ms after the burst: not down (stats %+v)", th.Stats())
+		}
+	})
 }

@@ -60,11 +60,14 @@ func TestAdaptiveHangOverGRPC(t *testing.T) {
 			clk.Advance(time.Second)
 			sick.Store(true)
 
-			// The calls at the sick payment: down at the eighth overload
-			// failure in a row behind a ready connection (its last accept
-			// is a second old), whether payment hangs or says UNAVAILABLE.
+			// The calls at the sick payment, 10 ms apart: down at the
+			// eighth overload failure in a row behind a ready connection
+			// (its last accept is a second old), whether payment hangs or
+			// says UNAVAILABLE (hangs count once they have gone on for
+			// DownAfter, 50 ms, and then all of them).
 			calls := 0
 			for ; calls < 8 && !th.Down(); calls++ {
+				clk.Advance(10 * time.Millisecond)
 				if err := call(50 * time.Millisecond); status.Code(err) != tc.firstCode {
 					t.Fatalf("sick call %d: %v, want %v", calls, err, tc.firstCode)
 				}
@@ -137,9 +140,11 @@ func TestAdaptiveDeadlineAnswerIsAHang(t *testing.T) {
 				t.Fatal(err)
 			}
 			clk.Advance(time.Second)
-			// Eight such answers in a row: the run that marks a target
-			// behind a ready channel down, if they are hangs.
+			// Eight such answers in a row, 10 ms apart: the run that
+			// marks a target behind a ready channel down, if they are
+			// hangs.
 			for range 8 {
+				clk.Advance(10 * time.Millisecond)
 				f := &fakeInvoker{results: []error{status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")}}
 				err := i.UnaryClient()(tc.ctx(t), "/svc/M", nil, nil, cc, f.invoke)
 				if status.Code(err) != codes.DeadlineExceeded || len(f.seen) != 1 {
@@ -168,7 +173,8 @@ func TestAdaptiveDontRetryProbeRevives(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Second)
-	for range 8 { // the run of hangs that marks it down
+	for range 8 { // the run of hangs that marks it down, 10 ms apart
+		clk.Advance(10 * time.Millisecond)
 		_ = i.UnaryClient()(passedDeadline{context.Background()}, "/svc/M", nil, nil, cc,
 			(&fakeInvoker{results: []error{status.Error(codes.DeadlineExceeded, "hung")}}).invoke)
 	}

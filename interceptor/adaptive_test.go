@@ -158,9 +158,11 @@ func TestAdaptiveHangsAndCancels(t *testing.T) {
 			cc := newCC(t)
 			_ = i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, cc, (&fakeInvoker{results: []error{nil}}).invoke)
 			clk.Advance(time.Second)
-			// Eight such calls: the run of failures in a row that marks
-			// a target behind a ready channel down.
+			// Eight such calls, 10 ms apart: the run of failures in a row
+			// that marks a target behind a ready channel down (hangs
+			// count once they have gone on for DownAfter, 50 ms).
 			for range 8 {
+				clk.Advance(10 * time.Millisecond)
 				var ctx context.Context
 				f := &fakeInvoker{results: []error{errUnavailable}, hang: !tc.pushback}
 				switch {

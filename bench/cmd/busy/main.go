@@ -48,12 +48,12 @@ func main() {
 
 // options are the command's flags.
 type options struct {
-	load, ghz, proto, importPath, tier string
-	conns, runs                        int
-	quick, verbose, diagnose           bool
-	only, stacks                       *regexp.Regexp
-	cpu                                time.Duration
-	seed                               uint64
+	load, ghz, proto, importPath, tier   string
+	conns, runs                          int
+	quick, verbose, diagnose, tierCounts bool
+	only, stacks                         *regexp.Regexp
+	cpu                                  time.Duration
+	seed                                 uint64
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -73,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cpu, "cpu", busy.DefaultParams.CPU, "CPU per request of the CPU-bound payment (calibrated once, at start)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the random failures")
 	fs.BoolVar(&o.verbose, "v", false, "pass every tier's log to stderr")
+	fs.BoolVar(&o.tierCounts, "tier-counts", false, "after a run with refusals or downs, print every tier's counts to stderr")
 	fs.BoolVar(&o.diagnose, "diagnose", false, "add the diagnostic stacks (bench.DiagnosticStacks: what one part of stormguard costs) to the capacity and slow scenarios")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -162,15 +163,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-cpu: %w", err)
 	}
 	h := &busy.Harness{
-		Launcher:  busy.Launcher{Path: tier},
-		Load:      fixed,
-		OpenConns: o.conns,
-		Runs:      o.runs,
-		Stacks:    o.stacks,
-		Params:    p,
-		Seed:      o.seed,
-		Out:       stdout,
-		Progress:  stderr,
+		Launcher:   busy.Launcher{Path: tier},
+		Load:       fixed,
+		OpenConns:  o.conns,
+		Runs:       o.runs,
+		Stacks:     o.stacks,
+		Params:     p,
+		Seed:       o.seed,
+		Out:        stdout,
+		Progress:   stderr,
+		TierCounts: o.tierCounts,
 	}
 	if o.verbose {
 		h.Launcher.Log = stderr
