@@ -28,8 +28,8 @@ type Harness struct {
 	Seed   uint64
 	// Out receives the tables; Progress, if not nil, a line per run.
 	Out, Progress io.Writer
-	// TierCounts: after a run with refusals or "down" events, Progress
-	// also gets every tier's counts (which tier refused, and why).
+	// TierCounts: after each run, Progress also gets every tier's
+	// counts (which tier refused, and why).
 	TierCounts bool
 	// OnCase, if not nil, receives the runs of every case, by stack.
 	OnCase func(name string, runs map[string][]Run)
@@ -69,7 +69,7 @@ func (h *Harness) runCase(ctx context.Context, name string, stacks []string, spe
 				f := figures(run, 0, run.Length)
 				fmt.Fprintf(h.Progress, "busy: %s, %s, run %d: %d requests, success %s, %s ok/s, refusals %d, downs %d (%v)\n",
 					name, s, r+1, f.Requests, pct(f.Success), rate(f.Goodput), f.Refusals, f.Downs, time.Since(began).Round(10*time.Millisecond))
-				if h.TierCounts && (f.Refusals > 0 || f.Downs > 0) {
+				if h.TierCounts {
 					for _, t := range run.Counts.Tiers {
 						fmt.Fprintf(h.Progress, "    %+v\n", t)
 					}

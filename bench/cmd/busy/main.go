@@ -73,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.cpu, "cpu", busy.DefaultParams.CPU, "CPU per request of the CPU-bound payment (calibrated once, at start)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the random failures")
 	fs.BoolVar(&o.verbose, "v", false, "pass every tier's log to stderr")
-	fs.BoolVar(&o.tierCounts, "tier-counts", false, "after a run with refusals or downs, print every tier's counts to stderr")
+	fs.BoolVar(&o.tierCounts, "tier-counts", false, "after each run, print every tier's counts to stderr")
 	fs.BoolVar(&o.diagnose, "diagnose", false, "add the diagnostic stacks (bench.DiagnosticStacks: what one part of stormguard costs) to the capacity and slow scenarios")
 	if err := fs.Parse(args); err != nil {
 		return o, err
