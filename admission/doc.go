@@ -30,10 +30,14 @@
 // callers) looks like the start of an overload: a suspect server queues
 // rather than refuses until the arrivals have exceeded the completions
 // for long enough. It is calm again, and admits everyone waiting, once
-// what it holds (in flight and waiting) stops growing; a waiter whose
-// deadline comes close goes in while the server serves in time; and a
-// server with no measured latency yet, or whose completions all fail
-// (failing, not busy), holds no one. A refused closed loop sends again
+// what it holds (in flight and waiting) stops growing while it serves; a
+// waiter whose deadline comes close goes in while the server serves in
+// time; and a server with no measured latency yet, or whose completions
+// all fail (failing, not busy), holds no one. A request that ends
+// because its caller left (Abandoned: its deadline ran out while a
+// dependency hung) is neither served nor a failure: a server whose
+// requests all end that way holds what it holds instead of sending it
+// into the hang. A refused closed loop sends again
 // at once, so that its refused arrivals exceed its completions and it
 // looks overloaded for good; a probe tells it from an open loop (see
 // Limiter).

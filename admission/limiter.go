@@ -277,6 +277,8 @@ type Limiter struct {
 	latN      atomic.Int64 // Measured completions, since New
 	_         [40]byte
 	failed    atomic.Int64 // Failed completions, since New
+	abandoned atomic.Int64 // Abandoned requests, since New
+	servedAt  atomic.Int64 // nanoseconds since origin at the last Measured or Failed release
 	refused   atomic.Int64 // refused by the overload and deadline rules, since New
 	entered   atomic.Int64 // requests that waited while the server was suspect, since New
 	fromQueue atomic.Int64 // of those, admitted from the wait, since New
@@ -324,13 +326,13 @@ type Limiter struct {
 // server was suspect (those admitted from the queue later are not
 // arrivals again).
 type snapshot struct {
-	arrived, refused, done, latSum, latN, gone int64
+	arrived, refused, done, latSum, latN, gone, abandoned int64
 }
 
 func (l *Limiter) counters() snapshot {
-	n, f := l.latN.Load(), l.failed.Load()
-	admitted := l.inflight.Load() + n + f
-	return snapshot{admitted - l.fromQueue.Load() + l.entered.Load(), l.refused.Load(), n + f, l.latSum.Load(), n, l.gone.Load()}
+	n, f, a := l.latN.Load(), l.failed.Load(), l.abandoned.Load()
+	admitted := l.inflight.Load() + n + f + a
+	return snapshot{admitted - l.fromQueue.Load() + l.entered.Load(), l.refused.Load(), n + f + a, l.latSum.Load(), n, l.gone.Load(), a}
 }
 
 // window is what one window saw.
@@ -338,6 +340,7 @@ type window struct {
 	dur                    int64
 	arrived, refused, done int64
 	gone                   int64 // waited while suspect, and its caller left
+	abandoned              int64 // of done, Abandoned
 	mean                   int64 // of Measured latencies; 0 with fewer than minSamples
 	least                  int64 // the least Measured latency; 0: none
 	inflight               int64 // at its end
@@ -571,6 +574,14 @@ const (
 	// dependency), and would make the server's latency without a queue
 	// look shorter than it is.
 	Failed
+	// Abandoned: the request ended because its caller left while it ran
+	// (its deadline ran out, or it cancelled). It counts as a completion
+	// for the rates, as Failed does, but the server served nothing: a
+	// server whose requests all end at their callers' deadlines (a hang
+	// below it) is neither failing fast nor calm, however many end. Read
+	// as Failed, a hang's first deadlines made a server that held a
+	// second of arrivals send them all into the hang at once.
+	Abandoned
 )
 
 // Permit is an admitted request. The zero Permit is valid and does
@@ -590,7 +601,10 @@ func (p Permit) Release(o Outcome) {
 	// Ignored: neither an arrival nor a completion (a stream's start, or
 	// a request whose caller left, adds no work to compare).
 	l.inflight.Add(-1)
-	if o == Measured || o == Failed {
+	if o == Abandoned {
+		l.abandoned.Add(1)
+	}
+	if o == Measured || o == Failed || o == Abandoned {
 		at := l.now()
 		if o == Measured {
 			rtt := max(at-p.start, 0)
@@ -601,8 +615,11 @@ func (p Permit) Release(o Outcome) {
 					break
 				}
 			}
-		} else {
+		} else if o == Failed {
 			l.failed.Add(1)
+		}
+		if o != Abandoned {
+			l.servedAt.Store(at)
 		}
 		if at >= l.winEnd.Load() {
 			l.roll(at)
@@ -630,13 +647,13 @@ func (l *Limiter) roll(at int64) {
 	}
 	cur := l.counters()
 	d := snapshot{cur.arrived - l.last.arrived, cur.refused - l.last.refused, cur.done - l.last.done,
-		cur.latSum - l.last.latSum, cur.latN - l.last.latN, cur.gone - l.last.gone}
+		cur.latSum - l.last.latSum, cur.latN - l.last.latN, cur.gone - l.last.gone, cur.abandoned - l.last.abandoned}
 	dur := at - l.winStart
 	if d.arrived+d.refused+d.done < minEvents && dur < maxWindows*w {
 		l.winEnd.Store(at + w/2)
 		return
 	}
-	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done, gone: d.gone,
+	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done, gone: d.gone, abandoned: d.abandoned,
 		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0)}
 	if d.latN >= minSamples {
 		win.mean = d.latSum / d.latN
@@ -892,6 +909,8 @@ type Stats struct {
 	// count the requests refused with ErrOverload, ErrDeadline, ErrLimit
 	// and ErrQueueTimeout since New.
 	RejectedOverload, RejectedDeadline, RejectedLimit, RejectedQueue int64
+	// Abandoned counts the requests released Abandoned since New.
+	Abandoned int64
 }
 
 // Stats returns a snapshot of l.
@@ -905,6 +924,7 @@ func (l *Limiter) Stats() Stats {
 		Queue:            l.Queue(),
 		RejectedOverload: l.rejected[reasonOverload].Load(),
 		RejectedDeadline: l.rejected[reasonDeadline].Load(),
+		Abandoned:        l.abandoned.Load(),
 		RejectedLimit:    l.rejected[reasonLimit].Load(),
 		RejectedQueue:    l.rejected[reasonQueue].Load(),
 	}

@@ -266,3 +266,42 @@ func TestFailingServerHoldsNoOne(t *testing.T) {
 		t.Errorf("a request took %v while down, want at most two holds of 250 ms: it waited in the limiter", longest)
 	}
 }
+
+// A server whose requests hang (every handler waits for a dependency
+// that answers nothing, until its caller's 1 s deadline) after a second
+// of healthy open-loop traffic: arrivals exceed completions, and none
+// completes for a second. The requests it parks while suspect must not
+// all go in when it becomes overloaded: before, the overload rule
+// admitted every request while nothing had completed lately ("nothing to
+// expect"), so a second's arrivals went into the hang at once (payment
+// hangs, bench hang-after-healthy: 165 to 229 calls at payment in 50 ms).
+func TestHangAdmitsNoBacklog(t *testing.T) {
+	// Goroutines, not workers; each request waits 30 ms for a dependency,
+	// which from 1 s answers half of them, and from 1.1 s none: the
+	// handlers fail at their callers' deadline.
+	s := newSim(t, Config{}, 1<<20, 30*time.Millisecond, 5)
+	s.fail = func() (bool, time.Duration) {
+		return s.el >= 1300*time.Millisecond || s.el >= time.Second && s.rnd.Float64() < 0.5, time.Second
+	}
+	s.abandon = true
+	s.open(300, 0, 3*time.Second, time.Second)
+	// The most admitted requests in flight at once, from 300 ms into the
+	// hang (the server has held its arrivals for a while) until after
+	// the first deadlines ran out.
+	most := 0
+	for d := 1300 * time.Millisecond; d < 2250*time.Millisecond; d += time.Millisecond {
+		s.at(d, func() { most = max(most, s.busy) })
+	}
+	s.run(4500 * time.Millisecond) // until everything admitted has ended
+	for from := time.Duration(0); from < 3*time.Second; from += 250 * time.Millisecond {
+		refused, served, _ := s.in(from, from+250*time.Millisecond)
+		t.Logf("%v: refused %d admitted %d", from, refused, served)
+	}
+	if refused, _, _ := s.in(0, time.Second); refused != 0 {
+		t.Errorf("%d refused in the healthy second", refused)
+	}
+	t.Logf("most in flight from 300 ms into the hang to after its first deadlines: %d", most)
+	if most > 60 {
+		t.Errorf("%d requests in flight at once from 300 ms into the hang to after its first deadlines, want <= 60 (what it held when it became suspect, about 30, twice)", most)
+	}
+}

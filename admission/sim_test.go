@@ -41,6 +41,9 @@ type sim struct {
 	// fail, when set, says whether a request admitted now fails, and its
 	// service time then (released as Failed).
 	fail func() (bool, time.Duration)
+	// abandon: a failing request is released Abandoned (its caller's
+	// deadline ended it), not Failed.
+	abandon bool
 	// classOf, when set, gives the class of each new request.
 	classOf func() Class
 }
@@ -256,9 +259,12 @@ func (s *sim) start(r *simReq) {
 	}
 	s.at(s.el+d, func() {
 		s.busy--
-		if r.fail {
+		switch {
+		case r.fail && s.abandon:
+			r.permit.Release(Abandoned)
+		case r.fail:
 			r.permit.Release(Failed)
-		} else {
+		default:
 			r.permit.Release(Measured)
 		}
 		s.results = append(s.results, simResult{at: r.arrived, latency: s.el - r.arrived, class: r.class})

@@ -98,6 +98,18 @@ func (l *Limiter) heldFlat(inflight int64) bool {
 	return l.suspectAll >= calmWindows && held <= l.held[0]+growthMargin
 }
 
+// servedLately reports whether the server completed a request (served
+// or failed, not abandoned) in the last rateWindows windows. l.mu is
+// held.
+func (l *Limiter) servedLately() bool {
+	for i := range min(rateWindows, l.histN) {
+		if w := l.recent(i); w.done > w.abandoned {
+			return true
+		}
+	}
+	return false
+}
+
 // throughputNeed is the concurrency the server's throughput needs, with
 // per nanoseconds per completion: twice the completion rate times the
 // latency without a queue (the base; the least latency of the last
@@ -136,7 +148,11 @@ func (l *Limiter) whileSuspect(win window) {
 	// arrivals follow them a window later; per window, it would look
 	// calm only by chance, and its oldest waiters would wait the whole
 	// time.
-	if l.heldFlat(win.inflight) || l.calmLately() {
+	// And only while it serves: a server whose requests end at their
+	// callers' deadlines holds as many as arrive, calm by both counts,
+	// and would send what it holds into the hang.
+	flat := l.heldFlat(win.inflight)
+	if (flat || l.calmLately()) && l.servedLately() {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
@@ -144,7 +160,7 @@ func (l *Limiter) whileSuspect(win window) {
 	// A window whose completions all failed: the server is failing, not
 	// busy (see whileNot), and its waiters go in at once. (Not a window
 	// without completions: a slow server has those.)
-	failing := win.done > 0 && win.least == 0
+	failing := win.done > win.abandoned && win.least == 0
 	if l.calmRun >= calmWindows || failing {
 		l.suspect.Store(false)
 		l.growthRun, l.calmRun = 0, 0
@@ -300,11 +316,17 @@ func (l *Limiter) admitBefore(w *suspectWaiter, c Class, deadline time.Time) (st
 }
 
 // admitWaiter gives w a slot beyond the cap if the server serves a
-// request of class c in time now (see admitBefore), unless its wait has
-// ended.
+// request of class c in time now (see admitBefore) and served one
+// lately, unless its wait has ended.
 func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 	mean := l.lastMean.Load()
 	if mean == 0 || mean > int64(left) || mean > l.threshold[c].Load() {
+		return
+	}
+	if l.now()-l.servedAt.Load() > max(4*mean, maxWindows*int64(l.cfg.Window)) {
+		// Nothing served for that long: the mean is of before, and the
+		// server's requests end at their callers' deadlines (a hang
+		// below it). Admitted, the waiter would only join them.
 		return
 	}
 	l.sq.mu.Lock()

@@ -140,15 +140,19 @@ func (g *admissionGuard) limiter() *admission.Limiter { return (*admission.Limit
 // done releases a unary call's slot when its handler returned err: a
 // success is a sample of the server's latency, a failure (a panic
 // included) a completion only, since fast failures would make the latency
-// look shorter than it is.
+// look shorter than it is, and a failure after the caller left (its
+// deadline ran out, or it cancelled) is abandoned: it ended, but the
+// server served nothing (see admission.Abandoned).
 func (g *admissionGuard) done(_ *server, sc *stateCtx, err error) {
 	p := sc.st.permit
 	sc.st.permit = admission.Permit{}
-	switch err {
-	case nil:
+	switch {
+	case err == nil:
 		p.Release(admission.Measured)
-	case errNotRun:
+	case err == errNotRun:
 		p.Release(admission.Ignored)
+	case sc.Err() != nil:
+		p.Release(admission.Abandoned)
 	default:
 		p.Release(admission.Failed)
 	}

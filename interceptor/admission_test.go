@@ -233,6 +233,34 @@ func TestAdmissionReleases(t *testing.T) {
 	}
 }
 
+// TestAdmissionAbandoned: a unary call whose handler fails after its
+// caller left is released abandoned (it ended, but the server served
+// nothing: see admission.Abandoned); one that fails while its caller
+// waits is a failure, one that succeeds a success.
+func TestAdmissionAbandoned(t *testing.T) {
+	i := mustNew(t, WithAdmission(admission.Config{}))
+	h := i.UnaryServer()
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc/M"}
+	ctx, cancel := context.WithCancel(ctxTimeout(t, time.Minute))
+	_, err := h(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+		cancel() // the caller leaves while the handler runs
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	})
+	if status.Code(err) != codes.Canceled {
+		t.Fatalf("abandoned call: %v, want Canceled", err)
+	}
+	if _, err := h(ctxTimeout(t, time.Minute), nil, info, func(context.Context, any) (any, error) { return nil, errUnavailable }); status.Code(err) != codes.Unavailable {
+		t.Fatalf("failed call: %v, want Unavailable", err)
+	}
+	if _, err := h(ctxTimeout(t, time.Minute), nil, info, func(context.Context, any) (any, error) { return nil, nil }); err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	if st := i.Admission().Stats(); st.Abandoned != 1 || st.InFlight != 0 {
+		t.Fatalf("stats %+v: want 1 abandoned, none in flight", st)
+	}
+}
+
 // TestAdmissionStreamRefused: a stream over the limit is refused before
 // its handler, with the pushback trailer.
 func TestAdmissionStreamRefused(t *testing.T) {
