@@ -1,0 +1,198 @@
+package hedge
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
+)
+
+const ms = time.Millisecond
+
+func newTest(t *testing.T, cfg Config) (*Delay, *clock.Fake) {
+	t.Helper()
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg.Clock = clk
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, clk
+}
+
+func TestNewInvalid(t *testing.T) {
+	for _, cfg := range []Config{
+		{Percentile: -0.1}, {Percentile: 1}, {Percentile: 1.5},
+		{Window: 500 * ms}, {Window: time.Hour},
+		{MinSamples: -1},
+		{Initial: -ms},
+		{Min: -ms},
+		{Min: 10 * ms, Max: 5 * ms},
+	} {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New(%+v): got %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	if _, err := New(Config{}); err != nil {
+		t.Fatalf("New(Config{}): %v", err)
+	}
+}
+
+// Every latency falls in a bucket whose bounds are at most 1/16 apart
+// (relative to the lower), the buckets follow the latencies in order,
+// and a percentile reads as its bucket's upper bound, never below the
+// latency.
+func TestBuckets(t *testing.T) {
+	prev := 0
+	for ns := int64(1); ns < 1<<42; ns += max(ns/37, 1) {
+		i := bucketOf(ns)
+		if i < prev {
+			t.Fatalf("bucketOf(%d) = %d, below bucketOf of a smaller latency (%d)", ns, i, prev)
+		}
+		prev = i
+		if i < 0 || i >= numBuckets {
+			t.Fatalf("bucketOf(%d) = %d, out of range", ns, i)
+		}
+		if ns >= 1<<minOctave && ns < 1<<maxOctave {
+			if up := upper(i); up <= ns || float64(up-ns) > float64(ns)/16 {
+				t.Fatalf("latency %d ns: bucket %d's upper bound %d", ns, i, up)
+			}
+		}
+	}
+}
+
+// Initial until MinSamples latencies came, then their percentile.
+func TestInitialUntilMinSamples(t *testing.T) {
+	d, clk := newTest(t, Config{Initial: 40 * ms})
+	for range DefaultMinSamples - 1 {
+		d.Record(10 * ms)
+	}
+	if got := d.Get(); got != 40*ms {
+		t.Fatalf("after %d latencies: %v, want Initial 40ms", DefaultMinSamples-1, got)
+	}
+	d.Record(10 * ms)
+	clk.Advance(DefaultWindow / 20) // the delay is recomputed at most this often
+	if got := d.Get(); got < 10*ms || got > 11*ms {
+		t.Fatalf("after %d latencies of 10ms: %v, want about 10ms", DefaultMinSamples, got)
+	}
+}
+
+// The delay is the percentile of the latencies, within a bucket (6 %).
+func TestPercentile(t *testing.T) {
+	for _, p := range []float64{0.5, 0.9, 0.95, 0.99} {
+		d, _ := newTest(t, Config{Percentile: p})
+		r := rand.New(rand.NewPCG(1, 2))
+		for _, i := range r.Perm(1000) {
+			d.Record(time.Duration(i+1) * ms) // 1 ms to 1 s, each once
+		}
+		want := time.Duration(p*1000) * ms
+		if got := d.Get(); got < want || float64(got) > 1.07*float64(want) {
+			t.Errorf("percentile %v of 1..1000 ms: %v, want %v to 7 %% more", p, got, want)
+		}
+	}
+}
+
+// Latencies older than Window are forgotten; a target that became slower
+// gets the new delay within a window.
+func TestWindowFollowsTheTarget(t *testing.T) {
+	d, clk := newTest(t, Config{})
+	for range 500 {
+		d.Record(10 * ms)
+	}
+	if got := d.Get(); got > 11*ms {
+		t.Fatalf("fast target: %v, want about 10ms", got)
+	}
+	// The target is ten times slower from now on: 200 latencies over a
+	// window, a little at a time.
+	for range 20 {
+		clk.Advance(DefaultWindow / 20)
+		for range 10 {
+			d.Record(100 * ms)
+		}
+	}
+	clk.Advance(DefaultWindow / 20)
+	if got := d.Get(); got < 100*ms || got > 107*ms {
+		t.Fatalf("a window after the target slowed down: %v, want about 100ms", got)
+	}
+	// Idle for longer than the window: nothing is left, Initial again.
+	clk.Advance(2 * DefaultWindow)
+	if got := d.Get(); got != DefaultInitial {
+		t.Fatalf("after two idle windows: %v, want Initial %v", got, DefaultInitial)
+	}
+}
+
+func TestBounds(t *testing.T) {
+	d, _ := newTest(t, Config{Min: 20 * ms, Max: 30 * ms, Initial: 5 * ms, MinSamples: 1})
+	if got := d.Get(); got != 20*ms {
+		t.Fatalf("Initial 5ms with Min 20ms: %v, want 20ms", got)
+	}
+	d2, _ := newTest(t, Config{Max: 30 * ms, MinSamples: 1})
+	d2.Record(time.Second)
+	if got := d2.Get(); got != 30*ms {
+		t.Fatalf("a 1s latency with Max 30ms: %v, want 30ms", got)
+	}
+	d2.Record(-time.Second) // ignored
+	d3, _ := newTest(t, Config{MinSamples: 1})
+	d3.Record(-time.Second)
+	if got := d3.Get(); got != DefaultInitial {
+		t.Fatalf("only a negative latency recorded: %v, want Initial", got)
+	}
+}
+
+// Record and Get from many goroutines while the halves turn (run with
+// -race): the delay stays within the latencies recorded.
+func TestConcurrent(t *testing.T) {
+	d, clk := newTest(t, Config{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5000 {
+				d.Record(time.Duration(10+(i+g)%10) * ms)
+				if i%100 == 0 {
+					if got := d.Get(); got != DefaultInitial && (got < 10*ms || got > 21*ms) {
+						t.Errorf("delay %v, want within the latencies (10-19 ms) or Initial", got)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for range 50 {
+		clk.Advance(DefaultWindow / 10)
+	}
+	wg.Wait()
+}
+
+func BenchmarkRecord(b *testing.B) {
+	d, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			d.Record(12 * ms)
+		}
+	})
+}
+
+func BenchmarkGet(b *testing.B) {
+	d, err := New(Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for range 1000 {
+		d.Record(12 * ms)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = d.Get()
+		}
+	})
+}
