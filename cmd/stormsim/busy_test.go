@@ -110,17 +110,22 @@ func TestReplicasScenario(t *testing.T) {
 			}
 		}
 	}
+	// Retries off: one call per request at most, and every request
+	// answered OK made one. (Not one each: on a loaded machine a request
+	// may run out of its deadline before it leaves the gateway, seen
+	// once in CI under -race: 460 calls for 464 requests.)
 	off := r.Columns[0]
 	var calls int64
-	requests := 0
+	requests, ok := 0, 0
 	for _, s := range off.Slices {
 		requests += s.Requests
+		ok += s.OK
 		for _, n := range s.CallsPerReplica {
 			calls += n
 		}
 	}
-	if calls != int64(requests) {
-		t.Errorf("off: %d calls at the replicas for %d requests, want one each", calls, requests)
+	if calls > int64(requests) || calls < int64(ok) || ok == 0 {
+		t.Errorf("off: %d calls at the replicas for %d requests, %d answered OK; want between the OK answers and the requests", calls, requests, ok)
 	}
 }
 
