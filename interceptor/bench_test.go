@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
@@ -134,4 +135,59 @@ func bidi100(cl testsvcv1.TestServiceClient, req *testsvcv1.BidiRequest) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return testsvc.BidiRoundTrips(ctx, cl, req, 100)
+}
+
+// BenchmarkMiddleHop is one hop of a middle tier without a transport:
+// the server interceptor of the request it serves, the client
+// interceptor of its call below, and the server interceptor of the tier
+// below (the invoker passes the attempt's metadata on as gRPC would), with
+// handlers that do nothing. It is what a tier's own interceptors cost per
+// request, free of the network and of grpc-go's work, against the
+// pass-through interceptors (noop).
+func BenchmarkMiddleHop(b *testing.B) {
+	for _, tc := range []struct {
+		name   string
+		client grpc.UnaryClientInterceptor
+		server grpc.UnaryServerInterceptor
+	}{
+		{"noop", noopUnaryClient, noopUnaryServer},
+		{"recommended", nil, nil},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			cl, sv := tc.client, tc.server
+			if cl == nil {
+				i, err := New(Recommended()...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cl, sv = i.UnaryClient(), i.UnaryServer()
+			}
+			cc, err := grpc.NewClient("passthrough:///payment", grpc.WithTransportCredentials(insecureCreds()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = cc.Close() })
+			info := &grpc.UnaryServerInfo{FullMethod: "/svc/M"}
+			leaf := func(context.Context, any) (any, error) { return nil, nil }
+			invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+				md, _ := metadata.FromOutgoingContext(ctx)
+				_, err := sv(metadata.NewIncomingContext(context.Background(), md), nil, info, leaf)
+				return err
+			}
+			handler := func(ctx context.Context, _ any) (any, error) {
+				return nil, cl(ctx, "/svc/M", nil, nil, cc, invoker)
+			}
+			ctx, cancel := context.WithTimeout(metadata.NewIncomingContext(context.Background(), metadata.Pairs(MetadataDepth, "1")), time.Hour)
+			defer cancel()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := sv(ctx, nil, info, handler); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
