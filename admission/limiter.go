@@ -599,7 +599,8 @@ func (p Permit) Release(o Outcome) {
 		return
 	}
 	// Ignored: neither an arrival nor a completion (a stream's start, or
-	// a request whose caller left, adds no work to compare).
+	// a request whose caller left while it waited, adds no work to
+	// compare). Abandoned: a completion that served nothing.
 	l.inflight.Add(-1)
 	if o == Abandoned {
 		l.abandoned.Add(1)
@@ -924,9 +925,9 @@ func (l *Limiter) Stats() Stats {
 		Queue:            l.Queue(),
 		RejectedOverload: l.rejected[reasonOverload].Load(),
 		RejectedDeadline: l.rejected[reasonDeadline].Load(),
-		Abandoned:        l.abandoned.Load(),
 		RejectedLimit:    l.rejected[reasonLimit].Load(),
 		RejectedQueue:    l.rejected[reasonQueue].Load(),
+		Abandoned:        l.abandoned.Load(),
 	}
 }
 
