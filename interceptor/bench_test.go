@@ -162,11 +162,7 @@ func BenchmarkMiddleHop(b *testing.B) {
 				}
 				cl, sv = i.UnaryClient(), i.UnaryServer()
 			}
-			cc, err := grpc.NewClient("passthrough:///payment", grpc.WithTransportCredentials(insecureCreds()))
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = cc.Close() })
+			cc := newCC(b)
 			info := &grpc.UnaryServerInfo{FullMethod: "/svc/M"}
 			leaf := func(context.Context, any) (any, error) { return nil, nil }
 			invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {

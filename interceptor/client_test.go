@@ -66,7 +66,7 @@ var (
 )
 
 // cc is a ClientConn for the interceptor's target key; it never connects.
-func newCC(t *testing.T) *grpc.ClientConn {
+func newCC(t testing.TB) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient("passthrough:///payment", grpc.WithTransportCredentials(insecureCreds()))
 	if err != nil {
