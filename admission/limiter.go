@@ -90,9 +90,9 @@ type Clock interface {
 }
 
 // Class is the value of a request to its caller, which decides the order
-// in which requests are shed: under overload, retries go first, then the
-// first attempts of callers that are already retrying, first attempts
-// last.
+// in which requests are shed: under overload, hedges go first, then
+// retries, then the first attempts of callers that are already retrying,
+// first attempts last.
 type Class int
 
 // The classes, from the most valuable.
@@ -108,10 +108,15 @@ const (
 	// grpc-previous-rpc-attempts >= 1). It may wait Config.RetryShare of
 	// the latency target.
 	ClassRetry
+	// ClassHedge is a hedge (a second request for an answer still
+	// awaited, sent by a caller to cut its tail latency), or a request
+	// that serves one: extra load by design. It may wait half of what a
+	// retry may.
+	ClassHedge
 	numClasses
 )
 
-var classNames = [numClasses]string{"first", "upstream_retrying", "retry"}
+var classNames = [numClasses]string{"first", "upstream_retrying", "retry", "hedge"}
 
 func (c Class) String() string {
 	if c >= 0 && c < numClasses {
@@ -150,7 +155,7 @@ type Config struct {
 	Window time.Duration
 	// RetryShare is the share of Target that retries may wait (see
 	// Class); a caller already retrying gets half-way between it and the
-	// whole. Zero means DefaultRetryShare (0.5). Valid: 0 < RetryShare <=
+	// whole, a hedge half of it. Zero means DefaultRetryShare (0.5). Valid: 0 < RetryShare <=
 	// 1; 1 sheds retries no earlier than first attempts.
 	RetryShare float64
 	// MaxInFlight, when not zero, is a fixed cap on the requests in
@@ -264,6 +269,7 @@ type Limiter struct {
 	capAll   int64 // MaxInFlight
 	capRetry int64
 	capMid   int64
+	capHedge int64
 	retryPM  int64 // RetryShare x 1000
 	middlePM int64 // half-way between retryPM and 1000
 
@@ -373,6 +379,7 @@ func New(cfg Config) (*Limiter, error) {
 	l.middlePM = (l.retryPM + 1000) / 2
 	l.capRetry = l.classCap(ClassRetry)
 	l.capMid = l.classCap(ClassUpstreamRetrying)
+	l.capHedge = l.classCap(ClassHedge)
 	_, l.sys = l.clk.(clock.Real)
 	l.origin = l.clk.Now()
 	l.winEnd.Store(int64(cfg.Window))
@@ -400,6 +407,8 @@ func (l *Limiter) wall(at int64) time.Time { return l.origin.Add(time.Duration(a
 // wait.
 func (l *Limiter) share(c Class) int64 {
 	switch c {
+	case ClassHedge:
+		return l.retryPM / 2
 	case ClassRetry:
 		return l.retryPM
 	case ClassUpstreamRetrying:
@@ -420,6 +429,8 @@ func (l *Limiter) classCap(c Class) int64 {
 // capOf returns classCap(c), precomputed.
 func (l *Limiter) capOf(c Class) int64 {
 	switch c {
+	case ClassHedge:
+		return l.capHedge
 	case ClassRetry:
 		return l.capRetry
 	case ClassUpstreamRetrying:

@@ -149,7 +149,7 @@ func TestDeadlineOnlyWhenOverloaded(t *testing.T) {
 func TestRetriesShedFirst(t *testing.T) {
 	s := newSim(t, Config{}, 8, time.Millisecond, 7)
 	n := 0
-	s.classOf = func() Class { n++; return Class(n % 3) } // a third of each
+	s.classOf = func() Class { n++; return Class(n % int(numClasses)) } // a quarter of each
 	s.open(2*8000, 0, 2*time.Second, time.Second)
 	s.run(2 * time.Second)
 	var refused, all [numClasses]int
@@ -163,12 +163,13 @@ func TestRetriesShedFirst(t *testing.T) {
 		}
 	}
 	share := func(c Class) float64 { return float64(refused[c]) / float64(all[c]) }
-	t.Logf("refused: first %.3f, upstream retrying %.3f, retry %.3f", share(ClassFirst), share(ClassUpstreamRetrying), share(ClassRetry))
-	if !(share(ClassFirst) < share(ClassUpstreamRetrying) && share(ClassUpstreamRetrying) < share(ClassRetry)) {
-		t.Errorf("shed order: first %.3f, upstream retrying %.3f, retry %.3f: want retries first", share(ClassFirst), share(ClassUpstreamRetrying), share(ClassRetry))
+	t.Logf("refused: first %.3f, upstream retrying %.3f, retry %.3f, hedge %.3f", share(ClassFirst), share(ClassUpstreamRetrying), share(ClassRetry), share(ClassHedge))
+	if !(share(ClassFirst) < share(ClassUpstreamRetrying) && share(ClassUpstreamRetrying) < share(ClassRetry) && share(ClassRetry) < share(ClassHedge)) {
+		t.Errorf("shed order: first %.3f, upstream retrying %.3f, retry %.3f, hedge %.3f: want hedges first, then retries",
+			share(ClassFirst), share(ClassUpstreamRetrying), share(ClassRetry), share(ClassHedge))
 	}
 	if share(ClassFirst) > 0.1 {
-		t.Errorf("first attempts refused %.3f at 2x with two thirds of the load retries: want them served", share(ClassFirst))
+		t.Errorf("first attempts refused %.3f at 2x with three quarters of the load retries and hedges: want them served", share(ClassFirst))
 	}
 }
 
