@@ -178,6 +178,9 @@ func (g *admissionGuard) admit(s *server, sc *stateCtx, method string, ss grpc.S
 		// read only when something may be.
 		in := sc.st.Info()
 		class = admission.ClassOf(in.Attempt, in.UpstreamRetries)
+		if in.Hedge {
+			class = admission.ClassHedge
+		}
 	}
 	p, err := l.Wait(sc, class, dl)
 	switch {

@@ -36,6 +36,9 @@ type call struct {
 	// committed: the call can no longer be retried (gRFC A6): response
 	// headers or a message arrived, or a stream outgrew its replay buffer.
 	committed bool
+	// hedging: the call hedges (see WithHedging); its attempts carry
+	// MetadataHedging. hedgeNext: the next attempt is a hedge.
+	hedging, hedgeNext bool
 }
 
 // init prepares c for a call to method of target (normalized: one key
@@ -68,6 +71,15 @@ func (c *call) mechanisms() []mechanism { return c.mechs[:c.nmechs] }
 // mechanisms that allowed it hear that it counts for nothing, and begin
 // returns the call's final error (or lets the panic go on).
 func (c *call) begin(a *attempt) error {
+	if r := c.admit(a); r != 0 {
+		return c.stop(r)
+	}
+	return nil
+}
+
+// admit is begin without ending the call: it returns why a mechanism
+// refused the attempt, or zero.
+func (c *call) admit(a *attempt) StopReason {
 	a.n = c.attempt
 	ms := c.mechanisms()
 	allowed, returned := 0, false
@@ -80,12 +92,12 @@ func (c *call) begin(a *attempt) error {
 		if r := m.allow(c, a); r != 0 {
 			returned = true
 			c.reportTo(ms[:allowed], a, outcome{})
-			return c.stop(r)
+			return r
 		}
 		allowed++
 	}
 	returned = true
-	return nil
+	return 0
 }
 
 // panicked is the outcome of an attempt cut short by a panic (in the
@@ -133,7 +145,7 @@ func (c *call) answered(a *attempt) {
 // per-attempt timeout. Call it once begin admitted the attempt.
 func (c *call) attemptContext(timeout bool) (context.Context, context.CancelFunc) {
 	ctx := c.ctx
-	var kv [6]string
+	var kv [8]string
 	n := 0
 	if c.attempt > 0 {
 		kv[0], kv[1] = MetadataAttempt, strconv.Itoa(c.attempt)
@@ -147,6 +159,10 @@ func (c *call) attemptContext(timeout bool) (context.Context, context.CancelFunc
 			n += 2
 		}
 	}
+	if v := c.hedgingValue(); v != "" {
+		kv[n], kv[n+1] = MetadataHedging, v
+		n += 2
+	}
 	if n > 0 {
 		ctx = metadata.AppendToOutgoingContext(ctx, kv[:n]...)
 	}
@@ -155,6 +171,20 @@ func (c *call) attemptContext(timeout bool) (context.Context, context.CancelFunc
 		return context.WithTimeout(ctx, d)
 	}
 	return ctx, func() {}
+}
+
+// hedgingValue is the MetadataHedging value of the call's next attempt,
+// or "" for none: "2" for a hedge or an attempt that serves one, "1" for
+// the other attempts of a call that hedges or serves a request that a
+// tier above hedges (protocol section 2.5).
+func (c *call) hedgingValue() string {
+	switch {
+	case c.hedgeNext || c.info.Hedge:
+		return "2"
+	case c.hedging || c.info.Hedged:
+		return "1"
+	}
+	return ""
 }
 
 // classify reads how attempt a ended, with err (nil: a success) and the

@@ -25,7 +25,7 @@ const specPath = "../docs/protocol.md"
 
 // protocolKeys are the request keys of the specification: an outgoing
 // example lists every one of them that is sent.
-var protocolKeys = []string{MetadataAttempt, MetadataDepth, MetadataUpstreamRetries, MetadataPreviousAttempts, MetadataEnvoyAttemptCount}
+var protocolKeys = []string{MetadataAttempt, MetadataDepth, MetadataUpstreamRetries, MetadataPreviousAttempts, MetadataEnvoyAttemptCount, MetadataHedging}
 
 // examplesPath is the spec's examples as data (docs/protocol.md, section
 // 10), which TestConformance runs and TestConformanceFile keeps equal to
@@ -114,7 +114,8 @@ func readSpecExamples(t *testing.T) []specExample {
 func parseSpecInfo(t *testing.T, e specExample, s string) Info {
 	t.Helper()
 	var in Info
-	fields := map[string]*int{"depth": &in.Depth, "attempt": &in.Attempt, "upstream-retries": &in.UpstreamRetries}
+	var hedging int // optional: 0 none, 1 a tier above hedges, 2 a hedge
+	fields := map[string]*int{"depth": &in.Depth, "attempt": &in.Attempt, "upstream-retries": &in.UpstreamRetries, "hedging": &hedging}
 	seen := 0
 	for _, w := range strings.Fields(s) {
 		k, v, _ := strings.Cut(w, "=")
@@ -124,11 +125,14 @@ func parseSpecInfo(t *testing.T, e specExample, s string) Info {
 			t.Fatalf("%v: bad Info %q", e, s)
 		}
 		*p = n
-		seen++
+		if k != "hedging" {
+			seen++
+		}
 	}
-	if seen != len(fields) {
+	if seen != 3 {
 		t.Fatalf("%v: Info %q must name depth, attempt and upstream-retries", e, s)
 	}
+	in.Hedged, in.Hedge = hedging >= hedgingMark, hedging >= hedgeMark
 	return in
 }
 
@@ -240,6 +244,15 @@ func checkOutgoingExample(t *testing.T, e specExample) {
 	var c call
 	c.init(ctx, &cfg, "spec-target", "/spec.Service/Method")
 	c.attempt = attempt
+	// "hedges: yes" is a call that hedges (WithHedging), "hedge" its
+	// attempt is a hedge.
+	switch h := e.fields["hedges"]; h {
+	case "", "no":
+	case "yes", "hedge":
+		c.hedging, c.hedgeNext = true, h == "hedge"
+	default:
+		t.Fatalf("%v: bad \"hedges:\" line %q", e, h)
+	}
 	actx, cancel := c.attemptContext(false)
 	defer cancel()
 	md, _ := metadata.FromOutgoingContext(actx)

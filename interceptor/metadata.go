@@ -31,6 +31,12 @@ const (
 	// client when to retry: a non-negative number of milliseconds, or a
 	// negative number for "do not retry".
 	MetadataPushback = "grpc-retry-pushback-ms"
+	// MetadataHedging marks a request of a call that hedges (WithHedging):
+	// "1" on every attempt of such a call and on every call made while
+	// serving one, "2" on a hedge and on every call made while serving
+	// one. A tier that receives it does not hedge (a tier above does),
+	// and its admission control sheds "2" first (protocol section 2.5).
+	MetadataHedging = "x-stormguard-hedging"
 )
 
 // Bounds applied to incoming values. Larger values are clamped to them:
@@ -56,6 +62,12 @@ type Info struct {
 	// tier, including the caller's own (Attempt). A tier that sees more
 	// than zero does not retry by default.
 	UpstreamRetries int
+	// Hedged: a tier above hedges this request (MetadataHedging), so
+	// this tier does not hedge its calls for it.
+	Hedged bool
+	// Hedge: this request is a hedge, or serves one: extra load that
+	// admission control sheds before retries.
+	Hedge bool
 }
 
 // serverState is what the server interceptor puts into the handler's
@@ -135,12 +147,22 @@ func FromContext(ctx context.Context) (Info, bool) {
 func parseInfo(get func(key string) []string) Info {
 	attempt := max(cautious(get(MetadataAttempt), MaxAttemptIndex, 1),
 		cautious(get(MetadataPreviousAttempts), MaxAttemptIndex, 1))
+	hedging := cautious(get(MetadataHedging), hedgeMark, hedgeMark)
 	return Info{
 		Depth:           cautious(get(MetadataDepth), MaxDepth, MaxDepth),
 		Attempt:         attempt,
 		UpstreamRetries: min(cautious(get(MetadataUpstreamRetries), MaxUpstreamRetries, 1)+attempt, MaxUpstreamRetries),
+		Hedged:          hedging >= hedgingMark,
+		Hedge:           hedging >= hedgeMark,
 	}
 }
+
+// The values of MetadataHedging. A malformed one reads as hedgeMark, the
+// cautious value: no hedging below it, shed first.
+const (
+	hedgingMark = 1
+	hedgeMark   = 2
+)
 
 // cautious returns the largest valid value among vals, clamped to limit,
 // or at least ifInvalid when any value is malformed; 0 when vals is empty.
@@ -157,7 +179,7 @@ func cautious(vals []string, limit, ifInvalid int) int {
 }
 
 // incomingInfo parses the Info of the request ctx serves. It looks up the
-// four keys one by one rather than copying the whole incoming metadata.
+// keys one by one rather than copying the whole incoming metadata.
 // stacked reports a request that carries both stormguard's attempt
 // metadata (x-call-depth or x-retry-attempt) and grpc-go's
 // grpc-previous-rpc-attempts: a retrying client interceptor with grpc-go's

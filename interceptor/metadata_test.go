@@ -29,6 +29,11 @@ func TestParseInfo(t *testing.T) {
 		{"repeated with a malformed one", metadata.MD{MetadataDepth: {"1", "x", "3"}}, Info{Depth: MaxDepth}},
 		{"spaces", metadata.Pairs(MetadataAttempt, " 2 "), Info{Attempt: 2, UpstreamRetries: 2}},
 		{"empty", metadata.Pairs(MetadataAttempt, ""), Info{Attempt: 1, UpstreamRetries: 1}},
+		{"a tier above hedges", metadata.Pairs(MetadataHedging, "1"), Info{Hedged: true}},
+		{"a hedge", metadata.Pairs(MetadataHedging, "2", MetadataAttempt, "1"), Info{Attempt: 1, UpstreamRetries: 1, Hedged: true, Hedge: true}},
+		{"hedging: unknown values clamp", metadata.Pairs(MetadataHedging, "7"), Info{Hedged: true, Hedge: true}},
+		{"hedging: malformed is a hedge", metadata.Pairs(MetadataHedging, "yes"), Info{Hedged: true, Hedge: true}},
+		{"hedging: 0 is none", metadata.Pairs(MetadataHedging, "0"), Info{}},
 	}
 	for _, tt := range tests {
 		if got := parseInfo(mdGet(tt.md)); got != tt.want {

@@ -69,6 +69,19 @@ const (
 	// served something).
 	EventNotServing
 	EventServing
+	// EventHedgeSent: a hedged call (WithHedging) sends hedge Attempt,
+	// Delay after its last attempt went out with no answer yet.
+	EventHedgeSent
+	// EventHedgeWon: a hedge, Attempt, gave the call its answer (Code)
+	// before an attempt sent earlier.
+	EventHedgeWon
+	// EventHedgeCancelled: the call cancelled its attempt Attempt, in
+	// flight when another attempt answered.
+	EventHedgeCancelled
+	// EventHedgeRefused: a hedge due was not sent, for Reason (the
+	// budget, the throttle, the breaker, the attempts, "do not retry");
+	// the call sends no more hedges.
+	EventHedgeRefused
 )
 
 var eventKindNames = map[EventKind]string{
@@ -87,6 +100,10 @@ var eventKindNames = map[EventKind]string{
 	EventAdmissionRefused:   "admission_refused",
 	EventNotServing:         "not_serving",
 	EventServing:            "serving",
+	EventHedgeSent:          "hedge_sent",
+	EventHedgeWon:           "hedge_won",
+	EventHedgeCancelled:     "hedge_cancelled",
+	EventHedgeRefused:       "hedge_refused",
 }
 
 func (k EventKind) String() string {
@@ -112,7 +129,8 @@ type Event struct {
 	Code codes.Code
 	// Duration is how long the attempt took (EventAttemptEnd).
 	Duration time.Duration
-	// Delay is the wait before the retry (EventRetryScheduled).
+	// Delay is the wait before the retry (EventRetryScheduled) or the
+	// hedge (EventHedgeSent).
 	Delay time.Duration
 	// Reason is why retrying stopped (EventRetryRefused).
 	Reason StopReason

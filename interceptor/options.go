@@ -15,6 +15,7 @@ import (
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/hedge"
 )
 
 // DefaultMaxAttempts is the number of attempts, first call included, that
@@ -73,6 +74,9 @@ type config struct {
 	observer          Observer
 	admission         *admission.Limiter
 	health            *selfHealth
+	hedging           *hedging     // WithHedging; nil: no hedges
+	hedgeAdaptive     hedge.Config // WithHedging at New: of delays
+	delays            *delaySet    // the adaptive hedge delays, made by New
 	// mechanisms make the per-target mechanisms of a call, in the order
 	// they are asked (see buildMechanisms).
 	mechanisms []mechanismFor
@@ -90,6 +94,8 @@ type config struct {
 	sleep func(ctx context.Context, d time.Duration) error
 	hold  func(ctx context.Context, d time.Duration, back <-chan struct{}) error
 	now   func() time.Time
+	// timer starts the wait before a hedge or a retry of a hedged call.
+	timer func(d time.Duration) (<-chan time.Time, func() bool)
 }
 
 func defaultConfig() config {
@@ -102,7 +108,13 @@ func defaultConfig() config {
 		sleep:       sleepCtx,
 		hold:        holdCtx,
 		now:         time.Now,
+		timer:       newTimer,
 	}
+}
+
+func newTimer(d time.Duration) (<-chan time.Time, func() bool) {
+	t := time.NewTimer(d)
+	return t.C, t.Stop
 }
 
 func codeBit(c codes.Code) uint64 {
@@ -123,6 +135,7 @@ func newConfig(opts []Option) (config, error) {
 	if err := cfg.applyAll(opts); err != nil {
 		return cfg, err
 	}
+	cfg.delays = newDelaySet(cfg.hedgeAdaptive)
 	cfg.buildMechanisms()
 	return cfg, cfg.check()
 }

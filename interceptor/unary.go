@@ -28,12 +28,15 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 		return err
 	}
 	u := &unaryCall{}
-	u.hopt.HeaderAddr = &u.header
-	u.topt.TrailerAddr = &u.trailer
-	opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
 	c := &u.call
 	c.init(ctx, cfg, cl.target(cc), method)
 	c.conn = cc
+	if c.hedges(method, reply) {
+		return u.hedged(method, req, reply, cc, invoker, opts)
+	}
+	u.hopt.HeaderAddr = &u.header
+	u.topt.TrailerAddr = &u.trailer
+	opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
 	for {
 		wait, err := u.attempt(method, req, reply, cc, invoker, opts)
 		if err != nil || wait < 0 {

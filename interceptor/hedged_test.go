@@ -1,0 +1,413 @@
+package interceptor
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/stormguard/stormguard/budget"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+)
+
+// hedgeTimers replaces the waits of hedged calls: each wait started is
+// sent on started, and fires when the test sends on its channel.
+type hedgeTimers struct {
+	started chan chan time.Time
+}
+
+func newHedgeTimers() *hedgeTimers { return &hedgeTimers{started: make(chan chan time.Time, 16)} }
+
+func (h *hedgeTimers) option() Option {
+	return Option{apply: func(c *config) error {
+		c.timer = func(time.Duration) (<-chan time.Time, func() bool) {
+			ch := make(chan time.Time, 1)
+			h.started <- ch
+			return ch, func() bool { return true }
+		}
+		return nil
+	}}
+}
+
+// fire fires the next wait the call starts.
+func (h *hedgeTimers) fire(t *testing.T) {
+	t.Helper()
+	select {
+	case ch := <-h.started:
+		ch <- time.Time{}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call started no wait")
+	}
+}
+
+// hedgeInvoker is a fake invoker whose attempt i (read from the attempt
+// metadata) runs answer[i]; every attempt's metadata and context are kept.
+type hedgeInvoker struct {
+	mu      sync.Mutex
+	md      map[int]metadata.MD
+	ctxErr  map[int]error
+	started chan int
+	answer  map[int]func(ctx context.Context, reply *testsvcv1.UnaryResponse, opts []grpc.CallOption) error
+}
+
+func newHedgeInvoker() *hedgeInvoker {
+	return &hedgeInvoker{md: map[int]metadata.MD{}, ctxErr: map[int]error{}, started: make(chan int, 16),
+		answer: map[int]func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error{}}
+}
+
+// hang waits for the attempt's context to end.
+func hang(ctx context.Context, _ *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+	<-ctx.Done()
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+// answerID answers with id.
+func answerID(id string) func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error {
+	return func(_ context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		r.Id = id
+		return nil
+	}
+}
+
+func failWith(err error) func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error {
+	return func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error { return err }
+}
+
+func (f *hedgeInvoker) invoke(ctx context.Context, _ string, _, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	n := 0
+	if v := md.Get(MetadataAttempt); len(v) > 0 {
+		n, _ = strconv.Atoi(v[0])
+	}
+	f.mu.Lock()
+	f.md[n] = md
+	answer := f.answer[n]
+	f.mu.Unlock()
+	f.started <- n
+	err := answer(ctx, reply.(*testsvcv1.UnaryResponse), opts)
+	f.mu.Lock()
+	f.ctxErr[n] = ctx.Err()
+	f.mu.Unlock()
+	return err
+}
+
+func (f *hedgeInvoker) waitStarted(t *testing.T, want int) {
+	t.Helper()
+	select {
+	case n := <-f.started:
+		if n != want {
+			t.Fatalf("attempt %d started, want %d", n, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("attempt %d did not start", want)
+	}
+}
+
+// hedgedCall runs one call of i's unary client through f, on its own
+// goroutine; the call's error arrives on the channel.
+func hedgedCall(t *testing.T, i *Interceptors, f *hedgeInvoker, reply *testsvcv1.UnaryResponse, opts ...grpc.CallOption) <-chan error {
+	t.Helper()
+	ctx := ctxTimeout(t, time.Minute)
+	cc := newCC(t)
+	done := make(chan error, 1)
+	go func() {
+		done <- i.UnaryClient()(ctx, "/svc/Get", &testsvcv1.UnaryRequest{}, reply, cc, f.invoke, opts...)
+	}()
+	return done
+}
+
+func waitErr(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not end")
+		return nil
+	}
+}
+
+// A hedge that answers first is the call's answer: its reply, its
+// trailer; the first attempt is cancelled, and the events say so.
+func TestHedgeFirstAnswerWins(t *testing.T) {
+	timers, rec := newHedgeTimers(), &recorder{}
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithBudget(budget.Config{}), WithObserver(rec), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = func(_ context.Context, r *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
+		r.Id = "hedge"
+		for _, o := range opts {
+			if to, ok := o.(grpc.TrailerCallOption); ok {
+				*to.TrailerAddr = metadata.Pairs("who", "hedge")
+			}
+		}
+		return nil
+	}
+	var reply testsvcv1.UnaryResponse
+	var trailer metadata.MD
+	done := hedgedCall(t, i, f, &reply, grpc.Trailer(&trailer))
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	f.waitStarted(t, 1)
+	if err := waitErr(t, done); err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	if reply.GetId() != "hedge" {
+		t.Errorf("reply %q, want the hedge's", reply.GetId())
+	}
+	if got := trailer.Get("who"); len(got) != 1 || got[0] != "hedge" {
+		t.Errorf("caller's trailer %v, want the hedge's", trailer)
+	}
+	if !errors.Is(f.ctxErr[0], context.Canceled) {
+		t.Errorf("first attempt's context: %v, want cancelled", f.ctxErr[0])
+	}
+	if got := f.md[0].Get(MetadataHedging); len(got) != 1 || got[0] != "1" {
+		t.Errorf("first attempt's %s %v, want [1]", MetadataHedging, got)
+	}
+	if got := f.md[1].Get(MetadataHedging); len(got) != 1 || got[0] != "2" {
+		t.Errorf("hedge's %s %v, want [2]", MetadataHedging, got)
+	}
+	for k, want := range map[EventKind]int{EventHedgeSent: 1, EventHedgeWon: 1, EventHedgeCancelled: 1, EventAttemptStart: 2, EventAttemptEnd: 2} {
+		if got := rec.count(k); got != want {
+			t.Errorf("%v events: %d, want %d", k, got, want)
+		}
+	}
+}
+
+// An answer before the delay: no hedge, and the wait is stopped.
+func TestHedgeNotNeeded(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = answerID("first")
+	var reply testsvcv1.UnaryResponse
+	if err := waitErr(t, hedgedCall(t, i, f, &reply)); err != nil {
+		t.Fatal(err)
+	}
+	if reply.GetId() != "first" || len(f.md) != 1 {
+		t.Errorf("reply %q after %d attempts, want the first's after 1", reply.GetId(), len(f.md))
+	}
+}
+
+// gRFC A6: the first attempt to answer with a code that is not retried
+// ends the call, and the others are cancelled.
+func TestHedgeFatalCodeEndsCall(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = failWith(errInternal)
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	err := waitErr(t, done)
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("call: %v, want the hedge's Internal", err)
+	}
+	if !errors.Is(f.ctxErr[0], context.Canceled) {
+		t.Errorf("first attempt's context: %v, want cancelled", f.ctxErr[0])
+	}
+}
+
+// gRFC A6: an attempt that failed with a retried code leaves the other in
+// flight to answer.
+func TestHedgeRetriedCodeWaitsForTheOther(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+	f := newHedgeInvoker()
+	release := make(chan struct{})
+	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		<-release
+		r.Id = "first"
+		return nil
+	}
+	f.answer[1] = failWith(errUnavailable)
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	f.waitStarted(t, 1)
+	close(release)
+	if err := waitErr(t, done); err != nil {
+		t.Fatalf("call: %v, want the first attempt's success", err)
+	}
+	if reply.GetId() != "first" {
+		t.Errorf("reply %q, want the first's", reply.GetId())
+	}
+}
+
+// gRFC A6: an attempt that arrived with response headers committed the
+// call: its failure, even with a retried code, is the call's.
+func TestHedgeCommitEndsCall(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = func(_ context.Context, _ *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
+		for _, o := range opts {
+			if ho, ok := o.(grpc.HeaderCallOption); ok {
+				*ho.HeaderAddr = metadata.MD{}
+			}
+		}
+		return errUnavailable
+	}
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	err := waitErr(t, done)
+	var se *Error
+	if status.Code(err) != codes.Unavailable || !errors.As(err, &se) || se.Reason != StopCommitted {
+		t.Fatalf("call: %v, want the hedge's Unavailable, stopped as committed", err)
+	}
+	if !errors.Is(f.ctxErr[0], context.Canceled) {
+		t.Errorf("first attempt's context: %v, want cancelled", f.ctxErr[0])
+	}
+}
+
+// "Do not retry" stops the hedges: no hedge after it, no retry after the
+// last attempt fails.
+func TestHedgePushbackStopsHedges(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond, MaxHedges: 2}), WithMaxAttempts(5), WithObserver(rec), timers.option())
+	f := newHedgeInvoker()
+	release := make(chan struct{})
+	f.answer[0] = func(ctx context.Context, _ *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		<-release
+		return errUnavailable
+	}
+	f.answer[1] = func(_ context.Context, _ *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
+		for _, o := range opts {
+			if to, ok := o.(grpc.TrailerCallOption); ok {
+				*to.TrailerAddr = metadata.Pairs(MetadataPushback, "-1")
+			}
+		}
+		return errUnavailable
+	}
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t) // the first hedge
+	f.waitStarted(t, 1)
+	rec.wait(t, EventAttemptEnd) // the hedge's "do not retry"
+	timers.fire(t)               // the second hedge's time
+	close(release)
+	err := waitErr(t, done)
+	var se *Error
+	if !errors.As(err, &se) || se.Reason != StopPushback {
+		t.Fatalf("call: %v, want stopped by pushback", err)
+	}
+	if len(f.md) != 2 {
+		t.Errorf("%d attempts, want 2", len(f.md))
+	}
+}
+
+// A hedge spends the retry budget: with none left, the hedge is refused
+// and the first attempt still answers.
+func TestHedgeSpendsBudget(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithLimiter(func() budget.Limiter { return refuseAll{} }), WithObserver(rec), timers.option())
+	f := newHedgeInvoker()
+	release := make(chan struct{})
+	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		<-release
+		r.Id = "first"
+		return nil
+	}
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	rec.wait(t, EventHedgeRefused)
+	close(release)
+	if err := waitErr(t, done); err != nil || reply.GetId() != "first" {
+		t.Fatalf("call: %v, reply %q; want the first attempt's", err, reply.GetId())
+	}
+	if len(f.md) != 1 || rec.count(EventHedgeSent) != 0 {
+		t.Errorf("%d attempts, %d hedges sent; want 1 and 0", len(f.md), rec.count(EventHedgeSent))
+	}
+}
+
+// eventWaiter is an Observer that lets a test wait for an event.
+type eventWaiter struct {
+	recorder
+	ch chan EventKind
+}
+
+func newEventWaiter() *eventWaiter { return &eventWaiter{ch: make(chan EventKind, 64)} }
+
+func (w *eventWaiter) Observe(ctx context.Context, e Event) {
+	w.recorder.Observe(ctx, e)
+	w.ch <- e.Kind
+}
+
+// wait returns once an event of kind k came.
+func (w *eventWaiter) wait(t *testing.T, k EventKind) {
+	t.Helper()
+	for {
+		select {
+		case got := <-w.ch:
+			if got == k {
+				return
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %v event", k)
+		}
+	}
+}
+
+// refuseAll is a retry limiter that refuses every retry.
+type refuseAll struct{}
+
+func (refuseAll) RecordRequest()            {}
+func (refuseAll) RecordOutcome(bool)        {}
+func (refuseAll) TryRetry() bool            { return false }
+func (refuseAll) Snapshot() budget.Snapshot { return budget.Snapshot{} }
+
+// A tier whose request a tier above hedges does not hedge its own calls
+// (it passes the mark on), and a call that serves a hedge marks its
+// attempts as serving one; a tier policy that allows one attempt hedges
+// nothing either.
+func TestHedgeOnlyOneTier(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   Info
+		want string // MetadataHedging sent
+	}{
+		{"a tier above hedges", Info{Depth: 1, Hedged: true}, "1"},
+		{"serving a hedge", Info{Depth: 1, Attempt: 1, UpstreamRetries: 1, Hedged: true, Hedge: true}, "2"},
+		// One attempt allowed: no hedge, no mark; the tiers below allow
+		// one attempt too.
+		{"a tier above retries", Info{Depth: 1, Attempt: 1, UpstreamRetries: 1}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			timers := newHedgeTimers()
+			i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+			f := newHedgeInvoker()
+			f.answer[0] = answerID("only")
+			sc := &stateCtx{Context: ctxTimeout(t, time.Minute)}
+			sc.st.info = tt.in
+			var reply testsvcv1.UnaryResponse
+			if err := i.UnaryClient()(sc, "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, newCC(t), f.invoke); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-timers.started:
+				t.Error("the call started a hedge's wait")
+			default:
+			}
+			if got := strings.Join(f.md[0].Get(MetadataHedging), ","); got != tt.want {
+				t.Errorf("%s %q, want %q", MetadataHedging, got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,210 @@
+package interceptor
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/stormguard/stormguard/hedge"
+	"github.com/stormguard/stormguard/internal/keyed"
+)
+
+// MaxHedges is the most hedges per call that WithHedging accepts.
+const MaxHedges = MaxAttempts - 1
+
+// Hedging configures hedged requests (see WithHedging). The zero value
+// hedges every method of the interceptor once, after an adaptive delay.
+type Hedging struct {
+	// Delay is the wait after an attempt went out before a hedge is sent
+	// while no answer came. Zero means adaptive: the Adaptive.Percentile
+	// (95th) of the recent latencies of the target's first attempts for
+	// this method, and Adaptive.Initial (50 ms) until Adaptive.MinSamples
+	// (100) of them came (see hedge.Config). Valid: >= 0.
+	Delay time.Duration
+	// MaxHedges is the most hedges per call (attempts sent while another
+	// is in flight). Zero means 1. Valid: 1 to MaxHedges. All attempts
+	// of a call, hedges and retries, stay within WithMaxAttempts and the
+	// tier policy: a call allowed one attempt is not hedged.
+	MaxHedges int
+	// Adaptive configures the adaptive delay (Delay zero). Only New
+	// accepts it: the latencies are kept per target and method by the
+	// interceptor, and a call with WithHedging uses the interceptor's
+	// (hedge.Config's defaults without one).
+	Adaptive hedge.Config
+	// Methods are the full method names hedged ("/pkg.Service/Method");
+	// empty means every method of the interceptor (per call: the call).
+	// Hedge only idempotent methods: the target may run both attempts.
+	Methods []string
+}
+
+// hedging is a normalized Hedging.
+type hedging struct {
+	delay     time.Duration // zero: adaptive
+	maxHedges int
+	methods   map[string]bool // nil: all
+}
+
+// WithHedging hedges unary calls: when no answer came within the hedge
+// delay, the call sends another attempt (a hedge) while the first is in
+// flight, up to Hedging.MaxHedges; the first answer that succeeds, fails
+// with a code that is not retried, or arrived with response headers
+// (gRFC A6: it committed the call) is the call's, and the other attempts
+// are cancelled. A failure with a retried code while another attempt is
+// in flight leaves that one to answer; a "do not retry" answer stops the
+// hedges. A call whose attempts all failed retries as any other (its
+// hedges count as its attempts).
+//
+// A hedge is a retry to every mechanism: it spends the retry budget (or
+// A6 throttle) and passes the adaptive throttle's retry rule, which sends
+// retries only to a healthy target that is not being shed; a breaker that
+// is open stops it. So hedges stop while the target is busy or down.
+//
+// Every attempt of a call that hedges carries MetadataHedging: the tiers
+// below do not hedge the same request (a tier that hedges stops those
+// below it from hedging), and a hedge reads as a retry (x-retry-attempt),
+// so the tiers below make one attempt for it, and their admission control
+// sheds hedges before retries. One slow request costs the slow tier at
+// most 1 + MaxHedges calls, however deep it is and however many tiers
+// hedge.
+//
+// Each hedge gets its own reply message, copied into the caller's when it
+// wins (after the other attempts returned); a reply that is not a
+// proto.Message is not hedged. The caller's grpc.Header, grpc.Trailer and
+// grpc.Peer options receive the winning attempt's. Streams are not
+// hedged (see the package documentation).
+//
+// Client side; usable per call (without Hedging.Adaptive), so that one
+// call of an idempotent method may hedge: client.Get(ctx, req,
+// interceptor.WithHedging(interceptor.Hedging{})). Not part of
+// Recommended: hedge idempotent methods only.
+func WithHedging(h Hedging) Option {
+	return Option{apply: func(c *config) error {
+		n, err := h.normalize()
+		if err != nil {
+			return err
+		}
+		if c.delays != nil && h.Adaptive != (hedge.Config{}) {
+			return invalid("WithHedging: Hedging.Adaptive is not usable per call (the latencies are the interceptor's): give it to New")
+		}
+		if c.delays == nil {
+			if _, err := hedge.New(h.Adaptive); err != nil {
+				return invalid("WithHedging: %v", err)
+			}
+			c.hedgeAdaptive = h.Adaptive
+		}
+		c.hedging = n
+		return nil
+	}}
+}
+
+func (h Hedging) normalize() (*hedging, error) {
+	n := &hedging{delay: h.Delay, maxHedges: h.MaxHedges}
+	switch {
+	case h.Delay < 0:
+		return nil, invalid("WithHedging: Delay %v, want >= 0 (0: adaptive)", h.Delay)
+	case h.MaxHedges < 0 || h.MaxHedges > MaxHedges:
+		return nil, invalid("WithHedging: MaxHedges %d, want 1 to %d (0: 1)", h.MaxHedges, MaxHedges)
+	case h.MaxHedges == 0:
+		n.maxHedges = 1
+	}
+	if len(h.Methods) > 0 {
+		n.methods = make(map[string]bool, len(h.Methods))
+		for _, m := range h.Methods {
+			if len(m) < 3 || m[0] != '/' {
+				return nil, invalid("WithHedging: method %q, want a full method name such as \"/pkg.Service/Method\"", m)
+			}
+			n.methods[m] = true
+		}
+	}
+	return n, nil
+}
+
+// hedges reports whether a call to method hedges.
+func (h *hedging) hedges(method string) bool {
+	return h != nil && (h.methods == nil || h.methods[method])
+}
+
+// hedges reports whether call c, to method, hedges: WithHedging names
+// it, it may make more than one attempt, no tier above hedges the
+// request it serves, and its reply can be hedged.
+func (c *call) hedges(method string, reply any) bool {
+	return c.cfg.hedging.hedges(method) && c.max > 1 && !c.info.Hedged && mayHedge(reply)
+}
+
+// maxDelaysPerTarget bounds the methods whose latencies are kept per
+// target; a method past it hedges after Adaptive.Initial.
+const maxDelaysPerTarget = 256
+
+// delaySet holds the adaptive hedge delays, per target key and method.
+type delaySet struct {
+	cfg     hedge.Config
+	targets keyed.Map[*methodDelays]
+}
+
+type methodDelays struct {
+	mu sync.RWMutex
+	m  map[string]*hedge.Delay
+}
+
+func newDelaySet(cfg hedge.Config) *delaySet {
+	s := &delaySet{cfg: cfg}
+	s.targets.Max = maxLimiterKeys
+	return s
+}
+
+// get returns the delay of method at key, created on first use, or nil
+// when the target keeps too many methods already.
+func (s *delaySet) get(key, method string) *hedge.Delay {
+	md := s.targets.Get(key, func() *methodDelays { return &methodDelays{m: map[string]*hedge.Delay{}} })
+	md.mu.RLock()
+	d := md.m[method]
+	md.mu.RUnlock()
+	if d != nil {
+		return d
+	}
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	if d = md.m[method]; d == nil && len(md.m) < maxDelaysPerTarget {
+		d, _ = hedge.New(s.cfg) // validated by WithHedging
+		md.m[method] = d
+	}
+	return d
+}
+
+// hedgeDelay returns the delay before the call's next hedge.
+func (c *call) hedgeDelay(d *hedge.Delay) time.Duration {
+	if h := c.cfg.hedging; h.delay > 0 {
+		return h.delay
+	}
+	if d != nil {
+		return d.Get()
+	}
+	return c.cfg.delays.initial()
+}
+
+func (s *delaySet) initial() time.Duration {
+	if s.cfg.Initial > 0 {
+		return s.cfg.Initial
+	}
+	return hedge.DefaultInitial
+}
+
+// mayHedge reports whether reply can be hedged: each hedge needs a fresh
+// message of its type.
+func mayHedge(reply any) bool {
+	_, ok := reply.(proto.Message)
+	return ok
+}
+
+// freshReply returns a new, empty message of reply's type.
+func freshReply(reply any) any {
+	return reply.(proto.Message).ProtoReflect().New().Interface()
+}
+
+// copyReply makes dst, the caller's reply, the winning attempt's src.
+func copyReply(dst, src any) {
+	d := dst.(proto.Message)
+	proto.Reset(d)
+	proto.Merge(d, src.(proto.Message))
+}
