@@ -45,10 +45,15 @@ func happyStacks(tiers []string) map[string]testsvc.Config {
 			set, _ := breaker.NewSet(breaker.Config{}, 0)
 			return []Option{WithBudget(budget.Config{}), WithBreaker(set)}
 		}),
+		// Hedging configured with a delay no healthy call reaches: what
+		// a hedging call costs when it sends no hedge.
+		"recommended-hedging": stack(func() []Option {
+			return append(Recommended(), WithHedging(Hedging{Delay: time.Second}))
+		}),
 	}
 }
 
-var happyNames = []string{"none", "noop", "recommended", "breaker"}
+var happyNames = []string{"none", "noop", "recommended", "breaker", "recommended-hedging"}
 
 // The noop stack's interceptors pass every call through: what grpc-go
 // itself charges for any client and server interceptor, the floor under

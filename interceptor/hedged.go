@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,19 +15,36 @@ import (
 	"github.com/stormguard/stormguard/hedge"
 )
 
-// This file is the retry loop of a hedged unary call (WithHedging). Its
-// attempts run on goroutines of their own; everything else, the
-// mechanisms above all, runs on the caller's goroutine, which waits for
-// the first of: an attempt's end, the time for the next attempt.
+// This file is the retry loop of a hedged unary call (WithHedging).
+//
+// The lead attempt (the first, and a retry once every attempt failed)
+// runs on the caller's goroutine, as an attempt of a call that does not
+// hedge, with a timer for the hedge delay. An answer before the delay
+// stops the timer, and the call goes on as any other: a call that sends
+// no hedge costs a cancellable context and a timer more. When the timer
+// fires first, its goroutine becomes the call's coordinator until the
+// call has its answer: it sends the hedges (each on a goroutine of its
+// own), hears every attempt end (the lead's too, handed over by the
+// caller's goroutine, which then waits for the coordinator's verdict),
+// and alone asks and tells the mechanisms, so that they never hear of
+// one call from two goroutines at once.
+
+// hedgedUnary is a unary call that may hedge: the retry state and the
+// hedging state in one allocation.
+type hedgedUnary struct {
+	unaryCall
+	h hedgeCall
+}
 
 // hedgeTry is one attempt of a hedged call, with its own context,
-// reply, header and trailer, so that attempts in flight at once share
-// nothing.
+// header and trailer (and, for a hedge, reply and peer), so that
+// attempts in flight at once share nothing.
 type hedgeTry struct {
 	a        attempt
 	ctx      context.Context
-	cancel   context.CancelFunc
-	reply    any // the caller's, or a fresh one (see launch)
+	stop     context.CancelFunc // of ctx
+	timeout  context.CancelFunc // of the per-attempt timeout
+	reply    any                // the caller's for the lead, else a fresh one
 	header   metadata.MD
 	trailer  metadata.MD
 	peer     peer.Peer
@@ -35,36 +53,65 @@ type hedgeTry struct {
 	popt     grpc.PeerCallOption
 	start    time.Time
 	err      error
-	panicVal any  // what the invoker panicked with, re-raised on the caller's goroutine
+	panicVal any  // what a hedge's invoker panicked with
 	panicked bool // the invoker panicked
 	ours     bool // we cancelled it: another attempt answered
-	hedge    bool // sent as a hedge, while another attempt was in flight
+	isHedge  bool // sent as a hedge, while another attempt was in flight
+}
+
+func (t *hedgeTry) cancel() {
+	t.stop()
+	t.timeout()
 }
 
 // hedgeCall is the state of a hedged call.
 type hedgeCall struct {
-	c       *call
-	method  string
-	req     any
-	reply   any // the caller's
-	cc      *grpc.ClientConn
-	invoker grpc.UnaryInvoker
-	opts    []grpc.CallOption // the caller's, without user
-	user    userOptions
-	delay   *hedge.Delay // adaptive, or nil
+	c        *call
+	method   string
+	req      any
+	reply    any // the caller's
+	cc       *grpc.ClientConn
+	invoker  grpc.UnaryInvoker
+	userOpts []grpc.CallOption // the caller's
+	delay    *hedge.Delay      // adaptive, or nil
 
-	results   chan *hedgeTry
-	flight    []*hedgeTry
-	replyBusy bool // an attempt in flight writes into the caller's reply
+	lead     hedgeTry
+	leadOpts []grpc.CallOption
+	optsBuf  [4]grpc.CallOption
+	timer    stopper
+	// mu orders the lead's end and the first hedge delay's: whichever
+	// comes first decides whether a coordinator runs (coordinating) or
+	// not (leadDone). gen numbers the leads, so that the timer of an
+	// earlier one, stopped too late, takes no part.
+	mu           sync.Mutex
+	gen          uint64
+	leadDone     bool
+	coordinating bool
+
+	// The call's, across its leads.
 	hedges    int  // hedges sent
 	noHedges  bool // no more hedges: refused, or "do not retry"
 	dontRetry bool // an attempt answered "do not retry"
-	last      *hedgeTry
 
-	due      <-chan time.Time // the next attempt's time, nil for none
-	stopDue  func() bool
-	dueDelay time.Duration
-	retryAt  bool // the next attempt is a retry (none in flight), not a hedge
+	// The coordinator's, made when the first hedge delay passed.
+	hedgeOpts []grpc.CallOption // the caller's, without user's
+	user      userOptions
+	results   chan *hedgeTry
+	verdict   chan hedgeVerdict
+	flight    []*hedgeTry
+	tick      chan struct{}
+	tickStop  stopper
+	tickDelay time.Duration
+}
+
+// hedgeVerdict is what the coordinator hands the caller's goroutine: the
+// wait before the next lead (negative: none), or the call's error; or a
+// panic of the coordinator, to be raised again there.
+type hedgeVerdict struct {
+	wait     time.Duration
+	err      error
+	panicVal any
+	panicked bool
 }
 
 // userOptions are the caller's options that receive what an attempt
@@ -95,79 +142,224 @@ func splitOptions(opts []grpc.CallOption) ([]grpc.CallOption, userOptions) {
 	return rest, u
 }
 
-// hedged runs the call c with hedges.
-func (u *unaryCall) hedged(method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
-	c := &u.call
-	h := &hedgeCall{c: c, method: method, req: req, reply: reply, cc: cc, invoker: invoker}
-	h.opts, h.user = splitOptions(opts)
-	h.results = make(chan *hedgeTry, c.max)
+// run runs the call with hedges: the lead attempts, with the wait
+// between them.
+func (hu *hedgedUnary) run(method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	c, h := &hu.call, &hu.h
+	*h = hedgeCall{c: c, method: method, req: req, reply: reply, cc: cc, invoker: invoker, userOpts: opts}
 	if c.cfg.hedging.delay == 0 {
 		h.delay = c.cfg.delays.get(c.key, method)
 	}
 	c.hedging = true
-	defer h.stopTimer()
-	if r := h.launch(false); r != 0 {
-		return c.stop(r)
-	}
 	for {
-		done, err := h.step()
-		if done {
+		wait, err := h.leadAttempt()
+		if err != nil || wait < 0 {
 			return err
+		}
+		if err := c.cfg.sleep(c.ctx, wait); err != nil {
+			return c.canceled()
 		}
 	}
 }
 
-// step waits for the next thing to happen and handles it; it reports
-// whether the call is over, with its error.
-func (h *hedgeCall) step() (bool, error) {
-	var cancelled <-chan struct{}
-	if len(h.flight) == 0 { // waiting to retry: the caller may leave
-		cancelled = h.c.ctx.Done()
+// leadAttempt makes a lead attempt (see attempt, which it follows) with
+// the timer for the first hedge, and returns the wait before the next
+// lead or the call's error: its own verdict if it answered first, else
+// the coordinator's.
+func (h *hedgeCall) leadAttempt() (time.Duration, error) {
+	c, t := h.c, &h.lead
+	*t = hedgeTry{}
+	if err := c.begin(&t.a); err != nil {
+		return -1, err
 	}
-	select {
-	case t := <-h.results:
-		return h.ended(t)
-	case <-h.due:
-		h.due, h.stopDue = nil, nil
-		return h.fire()
-	case <-cancelled:
-		return true, h.c.canceled()
+	returned := false
+	defer func() {
+		if !returned { // only on a panic, which goes on after this
+			h.leadPanicked()
+		}
+	}()
+	h.startLead()
+	t.err = h.invoker(t.ctx, h.method, h.req, h.reply, h.cc, h.leadOpts...)
+	returned = true
+	if h.endLead() {
+		o := h.judge(t)
+		c.committed = t.header != nil
+		return c.next(t.err, o)
+	}
+	h.results <- t
+	v := <-h.verdict
+	if v.panicked {
+		panic(v.panicVal)
+	}
+	return v.wait, v.err
+}
+
+// startLead prepares the lead attempt's context and options, and starts
+// the timer for the first hedge if the call may still send one.
+func (h *hedgeCall) startLead() {
+	c, t := h.c, &h.lead
+	actx, timeout := c.attemptContext(true)
+	t.ctx, t.stop = context.WithCancel(actx)
+	t.timeout, t.reply = timeout, h.reply
+	t.hopt.HeaderAddr, t.topt.TrailerAddr = &t.header, &t.trailer
+	h.leadOpts = append(append(h.optsBuf[:0], h.userOpts...), &t.hopt, &t.topt)
+	t.start = c.cfg.now()
+	h.mu.Lock()
+	h.gen++
+	gen := h.gen
+	h.leadDone, h.coordinating = false, false
+	h.mu.Unlock()
+	h.timer = nil
+	if h.hedgeDue() {
+		h.timer = c.cfg.afterFunc(c.hedgeDelay(h.delay), func() { h.coordinate(gen) })
 	}
 }
 
-// launch sends the call's next attempt, a hedge or not, if the
-// mechanisms allow it: zero, or why one refused it.
-func (h *hedgeCall) launch(isHedge bool) StopReason {
+// endLead reports whether the lead ended before its hedge delay, and
+// if so stops the timer: no coordinator runs. Otherwise one does, and
+// hears of the lead's end from the caller's goroutine.
+func (h *hedgeCall) endLead() bool {
+	h.mu.Lock()
+	alone := !h.coordinating
+	h.leadDone = true
+	h.mu.Unlock()
+	if alone && h.timer != nil {
+		h.timer.Stop()
+	}
+	return alone
+}
+
+// hedgeDue reports whether the call may send a hedge later.
+func (h *hedgeCall) hedgeDue() bool {
+	return !h.noHedges && h.hedges < h.c.cfg.hedging.maxHedges && h.c.attempt < h.c.max
+}
+
+// leadPanicked reports a lead attempt whose invoker panicked: to the
+// mechanisms, or, when a coordinator runs, to it, waiting until it has
+// cancelled the other attempts.
+func (h *hedgeCall) leadPanicked() {
+	t := &h.lead
+	t.panicked = true
+	if h.endLead() {
+		t.cancel()
+		h.c.report(&t.a, panicked)
+		return
+	}
+	h.results <- t
+	<-h.verdict
+}
+
+// coordinate is the timer's function for lead gen: if that lead is
+// still running, it runs the call until its verdict, which it hands to
+// the caller's goroutine.
+func (h *hedgeCall) coordinate(gen uint64) {
+	h.mu.Lock()
+	if h.leadDone || h.gen != gen {
+		h.mu.Unlock()
+		return // the lead answered first
+	}
+	h.coordinating = true
+	h.results = make(chan *hedgeTry, h.c.max)
+	h.verdict = make(chan hedgeVerdict, 1)
+	h.mu.Unlock()
+	var v hedgeVerdict
+	finished := false
+	defer func() {
+		if !finished {
+			// A panic here (an observer's, a mechanism's): the attempts are
+			// cancelled, and the panic raised on the caller's goroutine.
+			v = hedgeVerdict{panicVal: recover(), panicked: true}
+			h.abort()
+		}
+		h.verdict <- v
+	}()
+	v.wait, v.err = h.hedge()
+	finished = true
+}
+
+// hedge sends the first hedge and waits for the verdict.
+func (h *hedgeCall) hedge() (time.Duration, error) {
+	if h.hedgeOpts == nil {
+		h.hedgeOpts, h.user = splitOptions(h.userOpts)
+	}
+	h.tick = make(chan struct{}, 1)
+	h.flight = append(h.flight[:0], &h.lead)
+	defer h.stopTick()
+	h.fire()
+	for {
+		select {
+		case t := <-h.results:
+			if done, wait, err := h.ended(t); done {
+				return wait, err
+			}
+		case <-h.tick:
+			h.fire()
+		}
+	}
+}
+
+// fire sends a hedge if every mechanism allows one, and starts the wait
+// for the next.
+func (h *hedgeCall) fire() {
 	c := h.c
-	t := &hedgeTry{hedge: isHedge}
-	if r := c.admit(&t.a); r != 0 {
-		return r
+	if !h.hedgeDue() {
+		return
 	}
-	c.hedgeNext = isHedge
-	actx, cancel := c.attemptContext(true)
-	c.hedgeNext = false
-	ctx, stop := context.WithCancel(actx)
-	t.ctx, t.cancel = ctx, func() { stop(); cancel() }
-	t.reply = h.reply
-	if h.replyBusy {
-		t.reply = freshReply(h.reply)
+	r := h.mayHedge()
+	if r == 0 {
+		if r = h.launch(); r == 0 {
+			h.hedges++
+			c.observe(Event{Kind: EventHedgeSent, Attempt: c.attempt - 1, Delay: c.hedgeDelay(h.delay)})
+			if h.hedgeDue() {
+				h.startTick(c.hedgeDelay(h.delay))
+			}
+			return
+		}
 	}
-	h.replyBusy = true
-	t.hopt.HeaderAddr, t.topt.TrailerAddr, t.popt.PeerAddr = &t.header, &t.trailer, &t.peer
-	opts := append(h.opts[:len(h.opts):len(h.opts)], t.hopt, t.topt, t.popt)
-	t.start = c.cfg.now()
-	h.flight = append(h.flight, t)
-	go h.run(t, opts)
-	if c.attempt < c.max && h.hedges < c.cfg.hedging.maxHedges && !h.noHedges {
-		h.setDue(c.hedgeDelay(h.delay), false)
+	// The attempts in flight still answer the call.
+	h.noHedges = true
+	c.observe(Event{Kind: EventHedgeRefused, Attempt: c.attempt, Reason: r})
+}
+
+// mayHedge reports why the call may not send a hedge now, or zero.
+func (h *hedgeCall) mayHedge() StopReason {
+	c := h.c
+	if dl, ok := c.ctx.Deadline(); ok && !roomForRetry(time.Until(dl), 0) {
+		return StopDeadline
+	}
+	for _, m := range c.mechanisms() {
+		if r := m.retry(c); r != 0 {
+			return r
+		}
 	}
 	return 0
 }
 
-// run is an attempt's goroutine: it makes the attempt and hands it back.
-// A panic in the invoker is handed back too, to be raised again on the
-// caller's goroutine, where a recovery interceptor further out sees it.
-func (h *hedgeCall) run(t *hedgeTry, opts []grpc.CallOption) {
+// launch sends a hedge, if the mechanisms allow it: zero, or why one
+// refused it.
+func (h *hedgeCall) launch() StopReason {
+	c := h.c
+	t := &hedgeTry{isHedge: true}
+	if r := c.admit(&t.a); r != 0 {
+		return r
+	}
+	c.hedgeNext = true
+	actx, timeout := c.attemptContext(true)
+	c.hedgeNext = false
+	t.ctx, t.stop = context.WithCancel(actx)
+	t.timeout, t.reply = timeout, freshReply(h.reply)
+	t.hopt.HeaderAddr, t.topt.TrailerAddr, t.popt.PeerAddr = &t.header, &t.trailer, &t.peer
+	opts := append(h.hedgeOpts[:len(h.hedgeOpts):len(h.hedgeOpts)], t.hopt, t.topt, t.popt)
+	t.start = c.cfg.now()
+	h.flight = append(h.flight, t)
+	go h.runHedge(t, opts)
+	return 0
+}
+
+// runHedge is a hedge's goroutine: it makes the attempt and hands it
+// back, a panic of the invoker too, to be raised again on the caller's
+// goroutine, where a recovery interceptor further out sees it.
+func (h *hedgeCall) runHedge(t *hedgeTry, opts []grpc.CallOption) {
 	t.panicked = true // until the invoker returns
 	defer func() {
 		if t.panicked {
@@ -179,46 +371,50 @@ func (h *hedgeCall) run(t *hedgeTry, opts []grpc.CallOption) {
 	t.panicked = false
 }
 
-// ended handles the end of attempt t.
-func (h *hedgeCall) ended(t *hedgeTry) (bool, error) {
+// ended handles the end of attempt t: whether the call is over, and the
+// wait before the next lead or the call's error.
+func (h *hedgeCall) ended(t *hedgeTry) (bool, time.Duration, error) {
 	c := h.c
 	o := h.judge(t)
 	if t.panicked {
 		h.cancelAll()
-		panic(t.panicVal)
+		h.raise(t)
 	}
-	h.last = t
 	committed := t.header != nil
 	if t.err == nil || committed || !o.mayRetry() {
 		// The call's answer (gRFC A6): a success, a commit, a code that is
 		// not retried. The other attempts are cancelled.
 		c.committed = committed
 		h.cancelAll()
-		return true, h.answer(t, o)
+		return true, -1, h.answer(t, o)
 	}
 	c.last = t.err
 	if o.saysDontRetry() {
 		h.dontRetry, h.noHedges = true, true
 	}
 	if len(h.flight) > 0 {
-		if o.hasPushback && o.pushback >= 0 && !h.retryAt {
-			h.setDue(c.wait(o), false) // the next hedge waits the pushback
-		}
-		return false, nil // an attempt in flight may still answer
+		return false, 0, nil // an attempt in flight may still answer
 	}
-	h.stopTimer()
+	h.deliver(t)
 	if h.dontRetry && !o.saysDontRetry() {
-		h.deliver(t)
-		return true, c.stop(StopPushback)
+		return true, -1, c.stop(StopPushback)
 	}
 	wait, err := c.next(t.err, o)
-	if err != nil {
-		h.deliver(t)
-		return true, err
-	}
-	h.setDue(wait, true)
-	return false, nil
+	return true, wait, err
 }
+
+// raise raises again the panic of attempt t: the lead's goes on by
+// itself on the caller's goroutine.
+func (h *hedgeCall) raise(t *hedgeTry) {
+	if t != &h.lead {
+		panic(t.panicVal)
+	}
+	panic(leadPanic{})
+}
+
+// leadPanic is what the coordinator panics with when the lead panicked:
+// the caller's goroutine is unwinding the lead's own panic already.
+type leadPanic struct{}
 
 // judge takes attempt t out of flight, classifies it, reports it to the
 // mechanisms, and records a first attempt's latency for the adaptive
@@ -226,9 +422,6 @@ func (h *hedgeCall) ended(t *hedgeTry) (bool, error) {
 func (h *hedgeCall) judge(t *hedgeTry) outcome {
 	c := h.c
 	h.flight = slices.DeleteFunc(h.flight, func(f *hedgeTry) bool { return f == t })
-	if t.reply == h.reply {
-		h.replyBusy = false
-	}
 	now := c.cfg.now()
 	var o outcome
 	switch {
@@ -251,72 +444,30 @@ func (h *hedgeCall) judge(t *hedgeTry) outcome {
 	return o
 }
 
-// fire sends the attempt that is due: a retry when none is in flight, or
-// a hedge if every mechanism allows one.
-func (h *hedgeCall) fire() (bool, error) {
-	c := h.c
-	if h.retryAt {
-		if r := h.launch(false); r != 0 {
-			return true, c.stop(r)
-		}
-		return false, nil
-	}
-	if h.noHedges {
-		return false, nil
-	}
-	r := h.mayHedge()
-	if r == 0 {
-		h.hedges++
-		if r = h.launch(true); r == 0 {
-			c.observe(Event{Kind: EventHedgeSent, Attempt: c.attempt - 1, Delay: h.dueDelay})
-			return false, nil
-		}
-		h.hedges--
-	}
-	// The attempts in flight still answer the call.
-	h.noHedges = true
-	c.observe(Event{Kind: EventHedgeRefused, Attempt: c.attempt, Reason: r})
-	return false, nil
-}
-
-// mayHedge reports why the call may not send a hedge now, or zero.
-func (h *hedgeCall) mayHedge() StopReason {
-	c := h.c
-	if c.attempt >= c.max {
-		return StopAttempts
-	}
-	if dl, ok := c.ctx.Deadline(); ok && !roomForRetry(time.Until(dl), 0) {
-		return StopDeadline
-	}
-	for _, m := range c.mechanisms() {
-		if r := m.retry(c); r != 0 {
-			return r
-		}
-	}
-	return 0
-}
-
 // answer ends the call with attempt t's answer, o, once the other
 // attempts returned: the caller's reply and options get t's.
 func (h *hedgeCall) answer(t *hedgeTry, o outcome) error {
 	c := h.c
-	if t.hedge {
+	if t.isHedge {
 		c.observe(Event{Kind: EventHedgeWon, Attempt: t.a.n, Code: o.code})
-	}
-	h.deliver(t)
-	if t.err == nil {
-		if t.reply != h.reply {
+		h.deliver(t)
+		if t.err == nil {
 			copyReply(h.reply, t.reply)
 		}
+	}
+	if t.err == nil {
 		return nil
 	}
 	_, err := c.next(t.err, o)
 	return err
 }
 
-// deliver gives the caller's header, trailer and peer options attempt
-// t's.
+// deliver gives the caller's header, trailer and peer options those of
+// hedge t (the lead's options are the caller's own).
 func (h *hedgeCall) deliver(t *hedgeTry) {
+	if !t.isHedge {
+		return
+	}
 	for _, p := range h.user.header {
 		*p = t.header
 	}
@@ -330,37 +481,51 @@ func (h *hedgeCall) deliver(t *hedgeTry) {
 
 // cancelAll cancels the attempts in flight and waits until each
 // returned, so that none writes into the caller's reply any more. A
-// panic of one is raised once all returned.
+// panic of a hedge is raised once all returned.
 func (h *hedgeCall) cancelAll() {
 	for _, t := range h.flight {
 		t.ours = true
-		t.cancel()
+		t.stop()
 	}
-	var pv any
-	var raise bool
+	var raise *hedgeTry
 	for len(h.flight) > 0 {
 		t := <-h.results
 		h.judge(t)
 		h.c.observe(Event{Kind: EventHedgeCancelled, Attempt: t.a.n})
-		if t.panicked && !raise {
-			pv, raise = t.panicVal, true
+		if t.panicked && raise == nil {
+			raise = t
 		}
 	}
-	if raise {
-		panic(pv)
+	if raise != nil {
+		h.raise(raise)
 	}
 }
 
-// setDue starts the wait for the next attempt, a retry or a hedge.
-func (h *hedgeCall) setDue(d time.Duration, retry bool) {
-	h.stopTimer()
-	h.due, h.stopDue = h.c.cfg.timer(d)
-	h.dueDelay, h.retryAt = d, retry
+// abort, after a panic of the coordinator, cancels the attempts in
+// flight and waits for them, telling the mechanisms nothing more.
+func (h *hedgeCall) abort() {
+	for _, t := range h.flight {
+		t.stop()
+	}
+	for ; len(h.flight) > 0; h.flight = h.flight[1:] {
+		<-h.results
+	}
 }
 
-func (h *hedgeCall) stopTimer() {
-	if h.stopDue != nil {
-		h.stopDue()
-		h.due, h.stopDue = nil, nil
+func (h *hedgeCall) startTick(d time.Duration) {
+	h.stopTick()
+	h.tickDelay = d
+	h.tickStop = h.c.cfg.afterFunc(d, func() {
+		select {
+		case h.tick <- struct{}{}:
+		default:
+		}
+	})
+}
+
+func (h *hedgeCall) stopTick() {
+	if h.tickStop != nil {
+		h.tickStop.Stop()
+		h.tickStop = nil
 	}
 }

@@ -15,34 +15,40 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/hedge"
+	"github.com/stormguard/stormguard/internal/clock"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
 // hedgeTimers replaces the waits of hedged calls: each wait started is
-// sent on started, and fires when the test sends on its channel.
+// sent on started, and fires when the test calls fire.
 type hedgeTimers struct {
-	started chan chan time.Time
+	started chan func()
 }
 
-func newHedgeTimers() *hedgeTimers { return &hedgeTimers{started: make(chan chan time.Time, 16)} }
+func newHedgeTimers() *hedgeTimers { return &hedgeTimers{started: make(chan func(), 16)} }
 
 func (h *hedgeTimers) option() Option {
 	return Option{apply: func(c *config) error {
-		c.timer = func(time.Duration) (<-chan time.Time, func() bool) {
-			ch := make(chan time.Time, 1)
-			h.started <- ch
-			return ch, func() bool { return true }
+		c.afterFunc = func(_ time.Duration, f func()) stopper {
+			h.started <- f
+			return fakeStopper{}
 		}
 		return nil
 	}}
 }
 
-// fire fires the next wait the call starts.
+type fakeStopper struct{}
+
+func (fakeStopper) Stop() bool { return true }
+
+// fire runs the next wait the call started, on a goroutine of its own,
+// as time.AfterFunc does.
 func (h *hedgeTimers) fire(t *testing.T) {
 	t.Helper()
 	select {
-	case ch := <-h.started:
-		ch <- time.Time{}
+	case f := <-h.started:
+		go f()
 	case <-time.After(10 * time.Second):
 		t.Fatal("the call started no wait")
 	}
@@ -409,5 +415,78 @@ func TestHedgeOnlyOneTier(t *testing.T) {
 				t.Errorf("%s %q, want %q", MetadataHedging, got, tt.want)
 			}
 		})
+	}
+}
+
+// A panic in a hedge's invoker (an interceptor further in) is raised on
+// the caller's goroutine, once the other attempts returned, where a
+// recovery interceptor further out sees it.
+func TestHedgePanicReachesCaller(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithBudget(budget.Config{}), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error { panic("hedge boom") }
+	done := make(chan any, 1)
+	ctx, cc := ctxTimeout(t, time.Minute), newCC(t)
+	go func() {
+		defer func() { done <- recover() }()
+		var reply testsvcv1.UnaryResponse
+		_ = i.UnaryClient()(ctx, "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke)
+	}()
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	select {
+	case v := <-done:
+		if v != "hedge boom" {
+			t.Fatalf("recovered %v, want the hedge's panic", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not end")
+	}
+	if !errors.Is(f.ctxErr[0], context.Canceled) {
+		t.Errorf("first attempt's context: %v, want cancelled", f.ctxErr[0])
+	}
+}
+
+// The adaptive delay starts at Adaptive.Initial and, once MinSamples
+// first attempts answered, is their percentile.
+func TestHedgeAdaptiveDelay(t *testing.T) {
+	var delays []time.Duration
+	timer := Option{apply: func(c *config) error {
+		c.afterFunc = func(d time.Duration, _ func()) stopper {
+			delays = append(delays, d)
+			return fakeStopper{}
+		}
+		return nil
+	}}
+	// Every attempt takes 5 ms on the interceptor's clock.
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	reads := 0
+	now := withNow(func() time.Time {
+		n := reads // two reads per call: its start, its end
+		reads++
+		return base.Add(time.Duration(n/2) * time.Second).Add(time.Duration(n%2) * 5 * time.Millisecond)
+	})
+	clk := clock.NewFake(base) // the delay's, which it recomputes every Window/20
+	i := mustNew(t, WithHedging(Hedging{Adaptive: hedge.Config{MinSamples: 10, Initial: 7 * time.Millisecond, Clock: clk}}), timer, now)
+	f := newHedgeInvoker()
+	f.answer[0] = answerID("x")
+	cc := newCC(t)
+	for n := range 11 {
+		if n == 10 {
+			clk.Advance(time.Second)
+		}
+		var reply testsvcv1.UnaryResponse
+		if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke); err != nil {
+			t.Fatal(err)
+		}
+		<-f.started
+	}
+	if len(delays) != 11 || delays[0] != 7*time.Millisecond {
+		t.Fatalf("delays %v, want 11 starting at Initial (7ms)", delays)
+	}
+	if d := delays[10]; d < 5*time.Millisecond || d > 5500*time.Microsecond {
+		t.Errorf("delay after 10 latencies of 5 ms: %v, want their percentile (5 ms, to the bucket)", d)
 	}
 }

@@ -125,12 +125,10 @@ func (h *hedging) hedges(method string) bool {
 	return h != nil && (h.methods == nil || h.methods[method])
 }
 
-// hedges reports whether call c, to method, hedges: WithHedging names
-// it, it may make more than one attempt, no tier above hedges the
-// request it serves, and its reply can be hedged.
-func (c *call) hedges(method string, reply any) bool {
-	return c.cfg.hedging.hedges(method) && c.max > 1 && !c.info.Hedged && mayHedge(reply)
-}
+// hedges reports whether call c, to a method that WithHedging names
+// and whose reply can be hedged, hedges: it may make more than one
+// attempt, and no tier above hedges the request it serves.
+func (c *call) hedges() bool { return c.max > 1 && !c.info.Hedged }
 
 // maxDelaysPerTarget bounds the methods whose latencies are kept per
 // target; a method past it hedges after Adaptive.Initial.

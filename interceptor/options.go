@@ -94,8 +94,9 @@ type config struct {
 	sleep func(ctx context.Context, d time.Duration) error
 	hold  func(ctx context.Context, d time.Duration, back <-chan struct{}) error
 	now   func() time.Time
-	// timer starts the wait before a hedge or a retry of a hedged call.
-	timer func(d time.Duration) (<-chan time.Time, func() bool)
+	// afterFunc calls f on a goroutine of its own after d, unless
+	// stopped first: the wait before a hedge.
+	afterFunc func(d time.Duration, f func()) stopper
 }
 
 func defaultConfig() config {
@@ -108,14 +109,14 @@ func defaultConfig() config {
 		sleep:       sleepCtx,
 		hold:        holdCtx,
 		now:         time.Now,
-		timer:       newTimer,
+		afterFunc:   startTimer,
 	}
 }
 
-func newTimer(d time.Duration) (<-chan time.Time, func() bool) {
-	t := time.NewTimer(d)
-	return t.C, t.Stop
-}
+// stopper stops a wait started by config.afterFunc.
+type stopper interface{ Stop() bool }
+
+func startTimer(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
 
 func codeBit(c codes.Code) uint64 {
 	if c > 63 {

@@ -27,13 +27,21 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	if err != nil {
 		return err
 	}
-	u := &unaryCall{}
-	c := &u.call
-	c.init(ctx, cfg, cl.target(cc), method)
-	c.conn = cc
-	if c.hedges(method, reply) {
-		return u.hedged(method, req, reply, cc, invoker, opts)
+	var u *unaryCall
+	if cfg.hedging.hedges(method) && mayHedge(reply) {
+		hu := &hedgedUnary{}
+		u = &hu.unaryCall
+		u.init(ctx, cfg, cl.target(cc), method)
+		u.conn = cc
+		if u.hedges() {
+			return hu.run(method, req, reply, cc, invoker, opts)
+		}
+	} else {
+		u = &unaryCall{}
+		u.init(ctx, cfg, cl.target(cc), method)
+		u.conn = cc
 	}
+	c := &u.call
 	u.hopt.HeaderAddr = &u.header
 	u.topt.TrailerAddr = &u.trailer
 	opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
