@@ -37,6 +37,9 @@ const (
 	// ToStateKey is the state a breaker entered: "closed", "half_open"
 	// or "open".
 	ToStateKey = attribute.Key("stormguard.breaker.to_state")
+	// HedgeKey is what became of a hedge: "sent", "won", "cancelled"
+	// (an attempt cancelled because another answered) or "refused".
+	HedgeKey = attribute.Key("stormguard.hedge")
 )
 
 // Breaker states as reported by stormguard.breaker.state, ordered by
@@ -68,6 +71,7 @@ type Metrics struct {
 	serverDepth     metric.Int64Histogram
 	serverUpstream  metric.Int64Histogram
 	pushbacks       metric.Int64Counter
+	hedges          metric.Int64Counter
 	transitions     metric.Int64Counter
 	breakerState    metric.Int64ObservableGauge
 	budgetRatio     metric.Float64ObservableGauge
@@ -125,6 +129,8 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		"Retries in progress above this tier for each incoming request, the caller's included.", upstreamBounds)
 	m.pushbacks = in.counter("stormguard.server.pushbacks", "{pushback}",
 		"Answers sent with the do-not-retry trailer, by gRPC code.")
+	m.hedges = in.counter("stormguard.client.hedges", "{hedge}",
+		"Hedged attempts sent, won, cancelled and refused.")
 	m.transitions = in.counter("stormguard.breaker.transitions", "{transition}",
 		"Circuit breaker state changes, by the state entered.")
 	m.breakerState = in.intGauge("stormguard.breaker.state", "{state}",
@@ -210,6 +216,9 @@ func (m *Metrics) Observe(ctx context.Context, e interceptor.Event) {
 	case interceptor.EventPushbackSent:
 		a := m.attrs("", e.Method).code(e.Code)
 		m.pushbacks.Add(ctx, 1, a.add...)
+	case interceptor.EventHedgeSent, interceptor.EventHedgeWon, interceptor.EventHedgeCancelled, interceptor.EventHedgeRefused:
+		a := &m.attrs(e.Target, e.Method).hedges[e.Kind-interceptor.EventHedgeSent]
+		m.hedges.Add(ctx, 1, a.add...)
 	case interceptor.EventBreakerStateChange:
 		// Rare: no cache.
 		m.transitions.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target), ToStateKey.String(stateName(e.To))))
@@ -247,7 +256,12 @@ type methodAttrs struct {
 	base    attrOpts
 	codes   [numCodes]attrOpts
 	reasons [numReasons]attrOpts
+	hedges  [len(hedgeNames)]attrOpts // by Event.Kind - EventHedgeSent
 }
+
+// hedgeNames are the stormguard.hedge values, in the order of the hedge
+// events.
+var hedgeNames = [...]string{"sent", "won", "cancelled", "refused"}
 
 // newMethodAttrs builds the attribute sets of fullMethod, with target as
 // stormguard.target unless it is empty.
@@ -270,6 +284,9 @@ func newMethodAttrs(target, fullMethod string) *methodAttrs {
 	}
 	for r := range a.reasons {
 		a.reasons[r] = with(ReasonKey.String(reasonNames[r]))
+	}
+	for h := range a.hedges {
+		a.hedges[h] = with(HedgeKey.String(hedgeNames[h]))
 	}
 	return a
 }
