@@ -66,6 +66,14 @@
 // malformed metadata can only lower the attempts of a tier, under
 // DefaultTierPolicy and TierPolicyConfig alike (see TierPolicy).
 //
+// # Hedging
+//
+// WithHedging hedges unary calls only. A stream would need every message
+// the caller sends copied to each attempt in flight, and a stream commits
+// at its first response header, which most servers send at once, so that
+// a hedge could only cover the few milliseconds before it: the replay
+// buffer (WithReplayBufferSize) already covers a failure in that window.
+//
 // # Errors
 //
 // A call that stormguard retried or stopped returns an *Error. Its status
@@ -89,6 +97,8 @@ package interceptor
 //     admission.go and health.go behind serverMechanism;
 //   - the retry loops: call.go (what the unary and stream loops share:
 //     asking the mechanisms, classifying, deciding the next attempt),
-//     unary.go, stream.go, stream_send.go, stream_recv.go;
+//     unary.go, hedging.go (the option, the adaptive delays) and
+//     hedged.go (the loop of a hedged call), stream.go, stream_send.go,
+//     stream_recv.go;
 //   - the gRPC adapters: client.go, server.go, interceptors.go (New),
 //     recommended.go, observe.go, stacked.go.
