@@ -152,6 +152,10 @@ type Delay struct {
 	ends   atomic.Int64         // elapsed: when cur's half ends; written under mu
 	delay  atomic.Int64         // nanoseconds: the last delay computed
 	nextAt atomic.Int64         // elapsed: when Get recomputes it
+	// initial: the delay is Initial, for want of MinSamples: the Record
+	// that brings the current half to MinSamples makes the next Get
+	// recompute it, not the next Window/20.
+	initial atomic.Bool
 
 	mu     sync.Mutex // guards at and the switch of halves
 	halves [2]half
@@ -173,6 +177,7 @@ func New(cfg Config) (*Delay, error) {
 	d.cur.Store(&d.halves[0])
 	d.ends.Store(int64(c.Window / 2))
 	d.delay.Store(int64(d.bound(c.Initial)))
+	d.initial.Store(true)
 	return d, nil
 }
 
@@ -188,7 +193,9 @@ func (d *Delay) Record(latency time.Duration) {
 	d.turn(d.elapsed())
 	h := d.cur.Load()
 	h.counts[bucketOf(int64(latency))].Add(1)
-	h.n.Add(1)
+	if n := h.n.Add(1); n == int64(d.cfg.MinSamples) && d.initial.Load() {
+		d.nextAt.Store(0)
+	}
 }
 
 // turn starts the next half when the current one has ended: the older
@@ -234,6 +241,7 @@ func (d *Delay) Get() time.Duration {
 func (d *Delay) compute() time.Duration {
 	a, b := &d.halves[0], &d.halves[1]
 	n := a.n.Load() + b.n.Load()
+	d.initial.Store(n < int64(d.cfg.MinSamples))
 	if n < int64(d.cfg.MinSamples) {
 		return d.bound(d.cfg.Initial)
 	}

@@ -73,10 +73,23 @@ func TestInitialUntilMinSamples(t *testing.T) {
 	if got := d.Get(); got != 40*ms {
 		t.Fatalf("after %d latencies: %v, want Initial 40ms", DefaultMinSamples-1, got)
 	}
+	// The latency that makes MinSamples counts at once, not Window/20
+	// later, when the delay is recomputed otherwise: hedges at Initial
+	// for longer cost the first second's tail.
 	d.Record(10 * ms)
-	clk.Advance(DefaultWindow / 20) // the delay is recomputed at most this often
 	if got := d.Get(); got < 10*ms || got > 11*ms {
 		t.Fatalf("after %d latencies of 10ms: %v, want about 10ms", DefaultMinSamples, got)
+	}
+	// From then on, at most every Window/20.
+	for range 1000 {
+		d.Record(30 * ms)
+	}
+	if got := d.Get(); got > 11*ms {
+		t.Fatalf("recomputed before Window/20: %v", got)
+	}
+	clk.Advance(DefaultWindow / 20)
+	if got := d.Get(); got < 30*ms || got > 32*ms {
+		t.Fatalf("after Window/20: %v, want about 30ms", got)
 	}
 }
 
