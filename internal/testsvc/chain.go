@@ -402,6 +402,18 @@ func (t *Tier) SetFlaky(p float64) {
 // ends early when the call's context ends.
 func (t *Tier) SetLatency(d time.Duration) { t.faults.latency.Store(int64(max(d, 0))) }
 
+// SetTail makes a share p of the admitted calls, drawn at random from the
+// tier's seeded source, wait d instead of SetLatency's delay: a slow tail
+// (a garbage collection, a cold cache, a slow disk). p is clamped to
+// [0, 1]; 0 ends it.
+func (t *Tier) SetTail(p float64, d time.Duration) {
+	if math.IsNaN(p) || p < 0 {
+		p = 0
+	}
+	t.faults.tail.Store(int64(max(d, 0)))
+	t.faults.tailP.Store(math.Float64bits(min(p, 1)))
+}
+
 // SetCapacity sheds calls beyond c with UNAVAILABLE. The zero Capacity
 // removes the limit.
 func (t *Tier) SetCapacity(c Capacity) {

@@ -311,6 +311,28 @@ func TestLatencyEndsWithContext(t *testing.T) {
 	}
 }
 
+// SetTail's share of calls waits the tail's delay, the rest the latency,
+// drawn from the seeded source.
+func TestTail(t *testing.T) {
+	f := newFaults(7)
+	f.latency.Store(int64(time.Millisecond))
+	f.tail.Store(int64(time.Second))
+	f.tailP.Store(math.Float64bits(0.02))
+	slow := 0
+	for range 10000 {
+		switch d := f.wait(); d {
+		case time.Second:
+			slow++
+		case time.Millisecond:
+		default:
+			t.Fatalf("wait %v, want the latency or the tail's", d)
+		}
+	}
+	if slow < 150 || slow > 250 {
+		t.Errorf("%d of 10000 calls waited the tail's, want about 2 %%", slow)
+	}
+}
+
 func TestKillAndRestart(t *testing.T) {
 	c := New(t, Config{})
 	pay := c.Tier("payment")

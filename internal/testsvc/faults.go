@@ -26,6 +26,8 @@ type faults struct {
 	down    atomic.Int32 // 0: up; otherwise the code + 1 that every call gets
 	flakyP  atomic.Uint64
 	latency atomic.Int64         // nanoseconds
+	tailP   atomic.Uint64        // float64 bits: the share of calls that wait tail
+	tail    atomic.Int64         // nanoseconds, in place of latency
 	pool    atomic.Pointer[pool] // see SetPool
 
 	capMu     sync.Mutex
@@ -40,6 +42,21 @@ type faults struct {
 
 func newFaults(seed uint64) *faults {
 	return &faults{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// wait returns how long an admitted call waits before it is served: the
+// latency, or for the tail's share of calls (drawn from the seeded
+// source) the tail's.
+func (f *faults) wait() time.Duration {
+	if p := math.Float64frombits(f.tailP.Load()); p > 0 {
+		f.rngMu.Lock()
+		slow := f.rng.Float64() < p
+		f.rngMu.Unlock()
+		if slow {
+			return time.Duration(f.tail.Load())
+		}
+	}
+	return time.Duration(f.latency.Load())
 }
 
 func (f *faults) flakyProbability() float64 {

@@ -28,7 +28,7 @@ func (t *Tier) admit(ctx context.Context, fullMethod string) (release func(), er
 	if err != nil {
 		return release, err
 	}
-	if d := time.Duration(t.faults.latency.Load()); d > 0 {
+	if d := t.faults.wait(); d > 0 {
 		timer := time.NewTimer(d)
 		defer timer.Stop()
 		select {
