@@ -44,6 +44,10 @@ const (
 	// StopThrottled: the adaptive throttle refused the attempt (shed,
 	// target down, or a retry into a target that is not healthy).
 	StopThrottled
+	// StopHedgesLost: a hedge was not sent because too few of the
+	// target's recent hedges answered first (see WithHedging): another
+	// attempt only added load (EventHedgeRefused only).
+	StopHedgesLost
 )
 
 var stopReasonNames = map[StopReason]string{
@@ -57,6 +61,7 @@ var stopReasonNames = map[StopReason]string{
 	StopCanceled:     "caller's context done",
 	StopCommitted:    "call already committed",
 	StopThrottled:    "adaptive throttle refused",
+	StopHedgesLost:   "recent hedges rarely won",
 }
 
 func (r StopReason) String() string {

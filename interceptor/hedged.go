@@ -11,8 +11,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-
-	"github.com/stormguard/stormguard/hedge"
 )
 
 // This file is the retry loop of a hedged unary call (WithHedging).
@@ -73,7 +71,7 @@ type hedgeCall struct {
 	cc       *grpc.ClientConn
 	invoker  grpc.UnaryInvoker
 	userOpts []grpc.CallOption // the caller's
-	delay    *hedge.Delay      // adaptive, or nil
+	target   *hedgeTarget      // the delay, the hedges won
 
 	lead     hedgeTry
 	leadOpts []grpc.CallOption
@@ -147,9 +145,8 @@ func splitOptions(opts []grpc.CallOption) ([]grpc.CallOption, userOptions) {
 func (hu *hedgedUnary) run(method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	c, h := &hu.call, &hu.h
 	*h = hedgeCall{c: c, method: method, req: req, reply: reply, cc: cc, invoker: invoker, userOpts: opts}
-	if c.cfg.hedging.delay == 0 {
-		h.delay = c.cfg.delays.get(c.key, method)
-	}
+	h.target = c.cfg.delays.get(c.key, method)
+	h.noHedges = h.target == nil // past maxDelaysPerTarget
 	c.hedging = true
 	for {
 		wait, err := h.leadAttempt()
@@ -211,7 +208,7 @@ func (h *hedgeCall) startLead() {
 	h.mu.Unlock()
 	h.timer = nil
 	if h.hedgeDue() {
-		h.timer = c.cfg.afterFunc(c.hedgeDelay(h.delay), func() { h.coordinate(gen) })
+		h.timer = c.cfg.afterFunc(c.hedgeDelay(h.target), func() { h.coordinate(gen) })
 	}
 }
 
@@ -309,9 +306,10 @@ func (h *hedgeCall) fire() {
 	if r == 0 {
 		if r = h.launch(); r == 0 {
 			h.hedges++
-			c.observe(Event{Kind: EventHedgeSent, Attempt: c.attempt - 1, Delay: c.hedgeDelay(h.delay)})
+			h.target.count(c.cfg.now(), false)
+			c.observe(Event{Kind: EventHedgeSent, Attempt: c.attempt - 1, Delay: c.hedgeDelay(h.target)})
 			if h.hedgeDue() {
-				h.startTick(c.hedgeDelay(h.delay))
+				h.startTick(c.hedgeDelay(h.target))
 			}
 			return
 		}
@@ -326,6 +324,9 @@ func (h *hedgeCall) mayHedge() StopReason {
 	c := h.c
 	if dl, ok := c.ctx.Deadline(); ok && !roomForRetry(time.Until(dl), 0) {
 		return StopDeadline
+	}
+	if !h.target.winning(c.cfg.now()) {
+		return StopHedgesLost
 	}
 	for _, m := range c.mechanisms() {
 		if r := m.retry(c); r != 0 {
@@ -435,11 +436,11 @@ func (h *hedgeCall) judge(t *hedgeTry) outcome {
 	}
 	t.cancel()
 	c.report(&t.a, o)
-	if h.delay != nil && t.a.n == 0 && (o.kind == outcomeSuccess || o.kind == outcomeAnswer || o == cancelledByUs) {
+	if h.target != nil && t.a.n == 0 && (o.kind == outcomeSuccess || o.kind == outcomeAnswer || o == cancelledByUs) {
 		// A first attempt cancelled for a hedge's answer counts with the
 		// time it had run: it was at least that slow, which keeps the
 		// percentile where it is instead of learning only the fast ones.
-		h.delay.Record(now.Sub(t.start))
+		h.target.delay.Record(now.Sub(t.start))
 	}
 	return o
 }
@@ -449,6 +450,7 @@ func (h *hedgeCall) judge(t *hedgeTry) outcome {
 func (h *hedgeCall) answer(t *hedgeTry, o outcome) error {
 	c := h.c
 	if t.isHedge {
+		h.target.count(c.cfg.now(), true)
 		c.observe(Event{Kind: EventHedgeWon, Attempt: t.a.n, Code: o.code})
 		h.deliver(t)
 		if t.err == nil {

@@ -349,7 +349,7 @@ type eventWaiter struct {
 	ch chan EventKind
 }
 
-func newEventWaiter() *eventWaiter { return &eventWaiter{ch: make(chan EventKind, 64)} }
+func newEventWaiter() *eventWaiter { return &eventWaiter{ch: make(chan EventKind, 4096)} }
 
 func (w *eventWaiter) Observe(ctx context.Context, e Event) {
 	w.recorder.Observe(ctx, e)
@@ -488,5 +488,84 @@ func TestHedgeAdaptiveDelay(t *testing.T) {
 	}
 	if d := delays[10]; d < 5*time.Millisecond || d > 5500*time.Microsecond {
 		t.Errorf("delay after 10 latencies of 5 ms: %v, want their percentile (5 ms, to the bucket)", d)
+	}
+}
+
+// The win rule: hedges go out while at least one in ten of the recent
+// ones won, or while fewer than ten were sent lately; hedges that keep
+// losing (a target where every request waits in one queue) stop, and
+// hedging tries again once the losses have aged.
+func TestHedgeWinRule(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ht := &hedgeTarget{}
+	for n := range winTrial {
+		if !ht.winning(now) {
+			t.Fatalf("refused after %d hedges: want %d tried first", n, winTrial)
+		}
+		ht.count(now, false)
+	}
+	if ht.winning(now) {
+		t.Fatalf("%d hedges sent, none won: still hedging", winTrial)
+	}
+	ht.count(now, true)
+	if !ht.winning(now) {
+		t.Fatalf("1 of %d won: want hedging (>= %v)", winTrial, minWinShare)
+	}
+	for range 20 {
+		ht.count(now, false)
+	}
+	if ht.winning(now) {
+		t.Fatal("1 of 30 won: still hedging")
+	}
+	if !ht.winning(now.Add(4 * winHalfLife)) {
+		t.Fatal("after four half-lives: want a trial")
+	}
+}
+
+// Through the call: a target whose hedges lose gets no more after
+// winTrial of them, and the refusal says why. (The clock stands still:
+// the losses do not age.)
+func TestHedgesThatLoseStop(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	still := time.Now()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithObserver(rec), timers.option(), withNow(func() time.Time { return still }))
+	f := newHedgeInvoker()
+	release := make(chan struct{})
+	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		<-release
+		r.Id = "first"
+		return nil
+	}
+	f.answer[1] = hang // the hedge waits behind the first: it never wins
+	for n := range winTrial + 1 {
+		release = make(chan struct{})
+		var reply testsvcv1.UnaryResponse
+		done := hedgedCall(t, i, f, &reply)
+		f.waitStarted(t, 0)
+		timers.fire(t)
+		if n < winTrial {
+			f.waitStarted(t, 1)
+		} else {
+			rec.wait(t, EventHedgeRefused)
+		}
+		close(release)
+		if err := waitErr(t, done); err != nil || reply.GetId() != "first" {
+			t.Fatalf("call %d: %v, %q; want the first attempt's answer", n, err, reply.GetId())
+		}
+	}
+	sent := rec.count(EventHedgeSent)
+	var reasons []StopReason
+	rec.mu.Lock()
+	for _, e := range rec.ev {
+		if e.Kind == EventHedgeRefused {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	rec.mu.Unlock()
+	if len(reasons) != 1 || reasons[0] != StopHedgesLost {
+		t.Errorf("refusals %v, want one, %v", reasons, StopHedgesLost)
+	}
+	if sent != winTrial {
+		t.Errorf("%d hedges sent, want %d", sent, winTrial)
 	}
 }

@@ -1,6 +1,7 @@
 package interceptor
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -59,6 +60,13 @@ type hedging struct {
 // A6 throttle) and passes the adaptive throttle's retry rule, which sends
 // retries only to a healthy target that is not being shed; a breaker that
 // is open stops it. So hedges stop while the target is busy or down.
+// And hedges go out only while at least one in ten of the target's
+// recent hedges (for the method, decayed with a half-life of 2 s)
+// answered before the attempts sent earlier, or while fewer than ten
+// were sent lately: at a target where every request waits in one queue,
+// as at capacity from a fixed number of callers, a hedge joins the back
+// of the queue, never wins, and only adds load (EventHedgeRefused with
+// StopHedgesLost).
 //
 // Every attempt of a call that hedges carries MetadataHedging: the tiers
 // below do not hedge the same request (a tier that hedges stops those
@@ -130,11 +138,11 @@ func (h *hedging) hedges(method string) bool {
 // attempt, and no tier above hedges the request it serves.
 func (c *call) hedges() bool { return c.max > 1 && !c.info.Hedged }
 
-// maxDelaysPerTarget bounds the methods whose latencies are kept per
-// target; a method past it hedges after Adaptive.Initial.
+// maxDelaysPerTarget bounds the methods whose hedging state is kept per
+// target; a method past it is not hedged.
 const maxDelaysPerTarget = 256
 
-// delaySet holds the adaptive hedge delays, per target key and method.
+// delaySet holds the hedging state, per target key and method.
 type delaySet struct {
 	cfg     hedge.Config
 	targets keyed.Map[*methodDelays]
@@ -142,8 +150,31 @@ type delaySet struct {
 
 type methodDelays struct {
 	mu sync.RWMutex
-	m  map[string]*hedge.Delay
+	m  map[string]*hedgeTarget
 }
+
+// hedgeTarget is the hedging state of one target and method: its
+// adaptive delay, and how often its recent hedges answered first.
+type hedgeTarget struct {
+	delay *hedge.Delay
+
+	mu        sync.Mutex
+	sent, won float64 // recent hedges, decayed with a half-life of winHalfLife
+	at        time.Time
+}
+
+// The win rule: a hedge goes out only while at least minWinShare of the
+// target's recent hedges answered before the attempts sent earlier (or
+// while fewer than winTrial were sent lately, which lets hedging try
+// again after it stopped). A hedge that loses is pure extra load: at a
+// target where every request waits in one queue (at capacity, from a
+// fixed number of callers) a hedge joins the back of the queue and
+// never wins.
+const (
+	minWinShare = 0.1
+	winTrial    = 10
+	winHalfLife = 2 * time.Second
+)
 
 func newDelaySet(cfg hedge.Config) *delaySet {
 	s := &delaySet{cfg: cfg}
@@ -151,41 +182,60 @@ func newDelaySet(cfg hedge.Config) *delaySet {
 	return s
 }
 
-// get returns the delay of method at key, created on first use, or nil
-// when the target keeps too many methods already.
-func (s *delaySet) get(key, method string) *hedge.Delay {
-	md := s.targets.Get(key, func() *methodDelays { return &methodDelays{m: map[string]*hedge.Delay{}} })
+// get returns the hedging state of method at key, created on first use,
+// or nil when the target keeps too many methods already.
+func (s *delaySet) get(key, method string) *hedgeTarget {
+	md := s.targets.Get(key, func() *methodDelays { return &methodDelays{m: map[string]*hedgeTarget{}} })
 	md.mu.RLock()
-	d := md.m[method]
+	ht := md.m[method]
 	md.mu.RUnlock()
-	if d != nil {
-		return d
+	if ht != nil {
+		return ht
 	}
 	md.mu.Lock()
 	defer md.mu.Unlock()
-	if d = md.m[method]; d == nil && len(md.m) < maxDelaysPerTarget {
-		d, _ = hedge.New(s.cfg) // validated by WithHedging
-		md.m[method] = d
+	if ht = md.m[method]; ht == nil && len(md.m) < maxDelaysPerTarget {
+		d, _ := hedge.New(s.cfg) // validated by WithHedging
+		ht = &hedgeTarget{delay: d}
+		md.m[method] = ht
 	}
-	return d
+	return ht
+}
+
+// decay ages the counts to now. ht.mu is held.
+func (ht *hedgeTarget) decay(now time.Time) {
+	if dt := now.Sub(ht.at); dt > 0 {
+		f := math.Exp2(-float64(dt) / float64(winHalfLife))
+		ht.sent, ht.won, ht.at = ht.sent*f, ht.won*f, now
+	}
+}
+
+// winning reports whether a hedge may go out by the win rule.
+func (ht *hedgeTarget) winning(now time.Time) bool {
+	ht.mu.Lock()
+	defer ht.mu.Unlock()
+	ht.decay(now)
+	return ht.sent < winTrial || ht.won >= minWinShare*ht.sent
+}
+
+// count records a hedge sent, or one that won.
+func (ht *hedgeTarget) count(now time.Time, won bool) {
+	ht.mu.Lock()
+	defer ht.mu.Unlock()
+	ht.decay(now)
+	if won {
+		ht.won++
+	} else {
+		ht.sent++
+	}
 }
 
 // hedgeDelay returns the delay before the call's next hedge.
-func (c *call) hedgeDelay(d *hedge.Delay) time.Duration {
+func (c *call) hedgeDelay(ht *hedgeTarget) time.Duration {
 	if h := c.cfg.hedging; h.delay > 0 {
 		return h.delay
 	}
-	if d != nil {
-		return d.Get()
-	}
-	return c.cfg.delays.initial()
-}
-
-func (s *delaySet) initial() time.Duration {
-	if s.cfg.Initial > 0 {
-		return s.cfg.Initial
-	}
-	return hedge.DefaultInitial
+	return ht.delay.Get()
 }
 
 // mayHedge reports whether reply can be hedged: each hedge needs a fresh

@@ -21,7 +21,7 @@ import (
 
 func main() {
 	stacksRE := flag.String("stacks", "", "run only the stacks whose name matches this regexp")
-	scenRE := flag.String("scenarios", "", "run only the scenarios whose name matches this regexp: down-one, down-sustained, flaky, capacity, kill, outage-after-healthy, partial-loss, hang-after-healthy, slow, fleet-grpc")
+	scenRE := flag.String("scenarios", "", "run only the scenarios whose name matches this regexp: down-one, down-sustained, flaky, capacity, kill, outage-after-healthy, partial-loss, hang-after-healthy, slow, tail, hedge-busy, fleet-grpc")
 	flag.StringVar(&fleetReplicas, "replicas", fleetReplicas, "fleet-grpc: the replica counts, comma-separated")
 	seed := flag.Uint64("seed", bench.DefaultParams.Seed, "seed of the random faults")
 	flag.Parse()
@@ -149,6 +149,16 @@ func run(w io.Writer, stacks []bench.Stack, p bench.Params, only *regexp.Regexp)
 	}
 	if only.MatchString("slow") {
 		if err := runSlow(w, p.Seed); err != nil {
+			return err
+		}
+	}
+	if only.MatchString("tail") {
+		if err := runTail(w, p.Seed); err != nil {
+			return err
+		}
+	}
+	if only.MatchString("hedge-busy") {
+		if err := runHedgeBusy(w, p.Seed); err != nil {
 			return err
 		}
 	}
