@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // This file is the retry loop of a hedged unary call (WithHedging).
@@ -68,6 +69,7 @@ type hedgeCall struct {
 	method   string
 	req      any
 	reply    any // the caller's
+	replyT   protoreflect.MessageType
 	cc       *grpc.ClientConn
 	invoker  grpc.UnaryInvoker
 	userOpts []grpc.CallOption // the caller's
@@ -144,7 +146,7 @@ func splitOptions(opts []grpc.CallOption) ([]grpc.CallOption, userOptions) {
 // between them.
 func (hu *hedgedUnary) run(method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	c, h := &hu.call, &hu.h
-	*h = hedgeCall{c: c, method: method, req: req, reply: reply, cc: cc, invoker: invoker, userOpts: opts}
+	*h = hedgeCall{c: c, method: method, req: req, reply: reply, replyT: replyType(reply), cc: cc, invoker: invoker, userOpts: opts}
 	h.target = c.cfg.delays.get(c.key, method)
 	h.noHedges = h.target == nil // past maxDelaysPerTarget
 	c.hedging = true
@@ -348,7 +350,7 @@ func (h *hedgeCall) launch() StopReason {
 	actx, timeout := c.attemptContext(true)
 	c.hedgeNext = false
 	t.ctx, t.stop = context.WithCancel(actx)
-	t.timeout, t.reply = timeout, freshReply(h.reply)
+	t.timeout, t.reply = timeout, h.replyT.New().Interface()
 	t.hopt.HeaderAddr, t.topt.TrailerAddr, t.popt.PeerAddr = &t.header, &t.trailer, &t.peer
 	opts := append(h.hedgeOpts[:len(h.hedgeOpts):len(h.hedgeOpts)], t.hopt, t.topt, t.popt)
 	t.start = c.cfg.now()

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/hedge"
@@ -567,5 +568,29 @@ func TestHedgesThatLoseStop(t *testing.T) {
 	}
 	if sent != winTrial {
 		t.Errorf("%d hedges sent, want %d", sent, winTrial)
+	}
+}
+
+// A hedge's fresh reply is made without reading the caller's, which the
+// lead attempt may be unmarshaling into at that moment (the race
+// detector saw it in stormsim's tail scenario).
+func TestHedgeReplyNotReadWhileLeadWrites(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		for ctx.Err() == nil { // as a codec would: Reset, then fill in
+			proto.Reset(r)
+			r.Id = "lead"
+		}
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	f.answer[1] = answerID("hedge")
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	if err := waitErr(t, done); err != nil || reply.GetId() != "hedge" {
+		t.Fatalf("call: %v, reply %q; want the hedge's", err, reply.GetId())
 	}
 }

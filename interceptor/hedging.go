@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/stormguard/stormguard/hedge"
 	"github.com/stormguard/stormguard/internal/keyed"
@@ -245,9 +246,11 @@ func mayHedge(reply any) bool {
 	return ok
 }
 
-// freshReply returns a new, empty message of reply's type.
-func freshReply(reply any) any {
-	return reply.(proto.Message).ProtoReflect().New().Interface()
+// replyType returns the type of reply, to make a fresh one for each
+// hedge. Call it before the lead attempt goes out: reading the type of
+// a message being unmarshaled races with the unmarshal.
+func replyType(reply any) protoreflect.MessageType {
+	return reply.(proto.Message).ProtoReflect().Type()
 }
 
 // copyReply makes dst, the caller's reply, the winning attempt's src.
