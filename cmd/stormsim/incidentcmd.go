@@ -50,6 +50,7 @@ var scenarioFlags = map[string][]string{
 	scenarioCapacity: {"modes", "users", "healthy", "for", "slice", "flaky"},
 	scenarioReplicas: {"modes", "users", "healthy", "for", "after", "slice"},
 	scenarioOverload: {"modes", "healthy", "for", "after", "slice", "factors"},
+	scenarioTail:     {"modes", "rate", "for", "slice"},
 }
 
 // checkScenarioFlags fails for an unknown scenario, or a flag set on the
@@ -127,6 +128,12 @@ func incidentDemo(ctx context.Context, scenario, modesFlag string, seed uint64, 
 	}
 	if isBusy(scenario) {
 		return busyDemo(ctx, ic, modesFlag, asJSON, stdout, stderr)
+	}
+	if scenario == scenarioTail {
+		if modesFlag == strings.Join(modeNames(), ",") { // the default
+			modesFlag = ""
+		}
+		return tailDemo(ctx, ic, modesFlag, asJSON, stdout)
 	}
 	var ms []chainMode
 	switch scenario {

@@ -41,6 +41,7 @@ var scenarios = []struct{ name, about string }{
 	{scenarioFleet, "replicas of order sharing 1000 req/s while payment is down 4 s, in the incident simulator"},
 	{scenarioCapacity, "64 callers (--users) at a fixed concurrency, payment healthy and instant, then failing 10 % at random: success, goodput, p99, refusals; per time slice"},
 	{scenarioReplicas, "64 callers at a fixed concurrency, payment as 3 replicas behind round_robin, one alive but failing everything: success, calls per replica; per time slice"},
+	{scenarioTail, "payment healthy, 2 % of its answers 50 times slower at random; 400 req/s open-loop for 5 s; p50, p99, p99.9 and calls at payment per request, retries only against hedging (WithHedging); per time slice"},
 	{scenarioOverload, "open-loop arrivals at 2x and 8x (--factors) a worker-pool payment's capacity for 2 s, 0.5x before and after: goodput, p99 of successes; per time slice (about 25 s)"},
 }
 
@@ -93,6 +94,8 @@ func incidentDefaults(name string) incidentConfig {
 		c.users, c.healthy, c.during, c.after = 64, 500*time.Millisecond, 2*time.Second, 500*time.Millisecond
 	case scenarioOverload:
 		c.healthy, c.during, c.after, c.base, c.factors = time.Second, 2*time.Second, time.Second, 0.5, []float64{2, 8}
+	case scenarioTail:
+		c.rate, c.during, c.slice, c.deadline = 400, 5*time.Second, time.Second, time.Second
 	}
 	if isBusy(name) {
 		c.deadline = busyDeadline
