@@ -339,6 +339,10 @@ func DiagnosticStacks() []Stack {
 			return withStackPad(cfg), err
 		},
 	}, {
+		Name: "recommended-hedging", Stormguard: true,
+		Desc: "recommended plus interceptor.WithHedging(interceptor.Hedging{}) on every hop (the edge hedges, the tiers below see its mark and do not): what hedging costs where it must stay silent",
+		build: func(e *env) (testsvc.Config, error) { return hedgingConfig(e, func(int) bool { return true }) },
+	}, {
 		Name: "depth-header",
 		Desc: "no interceptor but one that adds x-call-depth to every call a tier makes (not the edge's), as stormguard's first attempts do: what carrying the attempt metadata costs by itself",
 		build: tierClients(func(ctx context.Context, hop int) context.Context {

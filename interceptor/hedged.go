@@ -396,6 +396,9 @@ func (h *hedgeCall) ended(t *hedgeTry) (bool, time.Duration, error) {
 		h.dontRetry, h.noHedges = true, true
 	}
 	if len(h.flight) > 0 {
+		if o.hasPushback && o.pushback >= 0 && h.hedgeDue() {
+			h.startTick(c.wait(o)) // gRFC A6: the next hedge waits the pushback
+		}
 		return false, 0, nil // an attempt in flight may still answer
 	}
 	h.deliver(t)

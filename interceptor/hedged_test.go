@@ -25,13 +25,18 @@ import (
 // sent on started, and fires when the test calls fire.
 type hedgeTimers struct {
 	started chan func()
+	mu      sync.Mutex
+	delays  []time.Duration // of every wait started
 }
 
 func newHedgeTimers() *hedgeTimers { return &hedgeTimers{started: make(chan func(), 16)} }
 
 func (h *hedgeTimers) option() Option {
 	return Option{apply: func(c *config) error {
-		c.afterFunc = func(_ time.Duration, f func()) stopper {
+		c.afterFunc = func(d time.Duration, f func()) stopper {
+			h.mu.Lock()
+			h.delays = append(h.delays, d)
+			h.mu.Unlock()
 			h.started <- f
 			return fakeStopper{}
 		}
@@ -592,5 +597,39 @@ func TestHedgeReplyNotReadWhileLeadWrites(t *testing.T) {
 	timers.fire(t)
 	if err := waitErr(t, done); err != nil || reply.GetId() != "hedge" {
 		t.Fatalf("call: %v, reply %q; want the hedge's", err, reply.GetId())
+	}
+}
+
+// gRFC A6: a positive pushback while another attempt is in flight delays
+// the next hedge by the pushback.
+func TestHedgePushbackDelaysNextHedge(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond, MaxHedges: 2}), WithMaxAttempts(5), WithObserver(rec), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = func(_ context.Context, _ *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
+		for _, o := range opts {
+			if to, ok := o.(grpc.TrailerCallOption); ok {
+				*to.TrailerAddr = metadata.Pairs(MetadataPushback, "300")
+			}
+		}
+		return errUnavailable
+	}
+	f.answer[2] = answerID("second hedge")
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t) // the first hedge; it starts the wait for the second
+	f.waitStarted(t, 1)
+	rec.wait(t, EventAttemptEnd) // the first hedge's pushback
+	<-timers.started             // the second hedge's first wait, replaced
+	timers.fire(t)               // the wait of the pushback
+	if err := waitErr(t, done); err != nil || reply.GetId() != "second hedge" {
+		t.Fatalf("call: %v, %q; want the second hedge's answer", err, reply.GetId())
+	}
+	timers.mu.Lock()
+	defer timers.mu.Unlock()
+	if n := len(timers.delays); n != 3 || timers.delays[2] != 300*time.Millisecond {
+		t.Errorf("waits %v, want the hedge delay twice, then the pushback (300ms)", timers.delays)
 	}
 }
