@@ -340,7 +340,7 @@ func DiagnosticStacks() []Stack {
 		},
 	}, {
 		Name: "recommended-hedging", Stormguard: true,
-		Desc: "recommended plus interceptor.WithHedging(interceptor.Hedging{}) on every hop (the edge hedges, the tiers below see its mark and do not): what hedging costs where it must stay silent",
+		Desc:  "recommended plus interceptor.WithHedging(interceptor.Hedging{}) on every hop (the edge hedges, the tiers below see its mark and do not): what hedging costs where it must stay silent",
 		build: func(e *env) (testsvc.Config, error) { return hedgingConfig(e, func(int) bool { return true }) },
 	}, {
 		Name: "depth-header",

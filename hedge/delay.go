@@ -152,6 +152,9 @@ type Delay struct {
 	ends   atomic.Int64         // elapsed: when cur's half ends; written under mu
 	delay  atomic.Int64         // nanoseconds: the last delay computed
 	nextAt atomic.Int64         // elapsed: when Get recomputes it
+	// median is the window's median (ns) at the last computation, floor
+	// the lowest median seen lately (see Queueing); 0 before MinSamples.
+	median, floor atomic.Int64
 	// initial: the delay is Initial, for want of MinSamples: the Record
 	// that brings the current half to MinSamples makes the next Get
 	// recompute it, not the next Window/20.
@@ -237,7 +240,8 @@ func (d *Delay) Get() time.Duration {
 	return time.Duration(d.delay.Load())
 }
 
-// compute returns the delay from the two halves' counts.
+// compute returns the delay from the two halves' counts, and updates
+// the median and its floor (see Queueing).
 func (d *Delay) compute() time.Duration {
 	a, b := &d.halves[0], &d.halves[1]
 	n := a.n.Load() + b.n.Load()
@@ -245,17 +249,48 @@ func (d *Delay) compute() time.Duration {
 	if n < int64(d.cfg.MinSamples) {
 		return d.bound(d.cfg.Initial)
 	}
-	// The smallest latency with at least Percentile of the samples at or
-	// below it.
-	rank := int64(math.Ceil(d.cfg.Percentile * float64(n)))
-	var seen int64
+	// The smallest latencies with at least half, and at least Percentile,
+	// of the samples at or below them.
+	half, rank := (n+1)/2, int64(math.Ceil(d.cfg.Percentile*float64(n)))
+	var seen, med int64
 	for i := range numBuckets {
 		seen += a.counts[i].Load() + b.counts[i].Load()
+		if med == 0 && seen >= half {
+			med = upper(i)
+			d.setMedian(med)
+		}
 		if seen >= rank {
 			return d.bound(time.Duration(upper(i)))
 		}
 	}
 	return d.bound(time.Duration(upper(numBuckets - 1)))
+}
+
+// floorRise is how slowly the floor of the median follows a median
+// above it: by 1/floorRise of the gap at each computation (every
+// Window/20), so that a target whose latency rose for good (a slower
+// dependency) stops reading as queueing after some 20 s to a minute,
+// while a load that drives its queue up reads as queueing at once.
+const floorRise = 64
+
+func (d *Delay) setMedian(med int64) {
+	d.median.Store(med)
+	switch fl := d.floor.Load(); {
+	case fl == 0 || med < fl:
+		d.floor.Store(med)
+	default:
+		d.floor.Store(fl + (med-fl)/floorRise)
+	}
+}
+
+// Queueing reports whether the target's recent median latency is more
+// than twice the lowest median it had lately: it spends its time in a
+// queue (at capacity from a fixed number of callers, or overloaded), not
+// in a slow tail, and a hedge would only add to the queue. It is false
+// until MinSamples latencies came, and is as recent as the last Get.
+func (d *Delay) Queueing() bool {
+	fl := d.floor.Load()
+	return fl > 0 && d.median.Load() > 2*fl
 }
 
 // bound applies Min and Max.

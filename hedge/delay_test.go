@@ -209,3 +209,39 @@ func BenchmarkGet(b *testing.B) {
 		}
 	})
 }
+
+// Queueing: a median more than twice the lowest one seen lately; a
+// latency that stays up for good stops reading as queueing after some
+// 20 s.
+func TestQueueing(t *testing.T) {
+	d, clk := newTest(t, Config{})
+	if d.Queueing() {
+		t.Fatal("queueing before any latency")
+	}
+	for range 200 {
+		d.Record(2 * ms)
+	}
+	d.Get()
+	if d.Queueing() {
+		t.Fatal("queueing at the latency it always had")
+	}
+	clk.Advance(DefaultWindow) // the 2 ms are forgotten
+	for range 200 {
+		d.Record(40 * ms)
+	}
+	d.Get()
+	if !d.Queueing() {
+		t.Fatal("median 40 ms after 2 ms: not queueing")
+	}
+	var took time.Duration
+	for took = 0; d.Queueing() && took < 5*time.Minute; took += DefaultWindow / 20 {
+		clk.Advance(DefaultWindow / 20)
+		for range 20 {
+			d.Record(40 * ms)
+		}
+		d.Get()
+	}
+	if took < 10*time.Second || took > time.Minute {
+		t.Errorf("a latency up for good read as queueing for %v, want 10 s to a minute", took)
+	}
+}

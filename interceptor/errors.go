@@ -48,6 +48,11 @@ const (
 	// target's recent hedges answered first (see WithHedging): another
 	// attempt only added load (EventHedgeRefused only).
 	StopHedgesLost
+	// StopQueueing: a hedge was not sent because the target's recent
+	// median latency is more than twice its lowest lately: it is queueing
+	// (at capacity, or overloaded), and a hedge would only add to the
+	// queue (see WithHedging; EventHedgeRefused only).
+	StopQueueing
 )
 
 var stopReasonNames = map[StopReason]string{
@@ -62,6 +67,7 @@ var stopReasonNames = map[StopReason]string{
 	StopCommitted:    "call already committed",
 	StopThrottled:    "adaptive throttle refused",
 	StopHedgesLost:   "recent hedges rarely won",
+	StopQueueing:     "target is queueing",
 }
 
 func (r StopReason) String() string {

@@ -327,6 +327,9 @@ func (h *hedgeCall) mayHedge() StopReason {
 	if dl, ok := c.ctx.Deadline(); ok && !roomForRetry(time.Until(dl), 0) {
 		return StopDeadline
 	}
+	if h.target.delay.Queueing() {
+		return StopQueueing
+	}
 	if !h.target.winning(c.cfg.now()) {
 		return StopHedgesLost
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -631,5 +632,62 @@ func TestHedgePushbackDelaysNextHedge(t *testing.T) {
 	defer timers.mu.Unlock()
 	if n := len(timers.delays); n != 3 || timers.delays[2] != 300*time.Millisecond {
 		t.Errorf("waits %v, want the hedge delay twice, then the pushback (300ms)", timers.delays)
+	}
+}
+
+// A target whose median latency rose to more than twice its lowest gets
+// no hedges: it is queueing, and a hedge would wait in the same queue.
+func TestHedgeNotIntoAQueue(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var lat atomic.Int64 // each attempt's latency on the interceptor's clock
+	var reads atomic.Int64
+	now := withNow(func() time.Time {
+		n := reads.Add(1) - 1 // two reads per call: its start, its end
+		return base.Add(time.Duration(n/2) * time.Second).Add(time.Duration(n%2) * time.Duration(lat.Load()))
+	})
+	clk := clock.NewFake(base)
+	i := mustNew(t, WithHedging(Hedging{Adaptive: hedge.Config{MinSamples: 10, Clock: clk}}), WithObserver(rec), timers.option(), now)
+	f := newHedgeInvoker()
+	f.answer[0] = answerID("x")
+	cc := newCC(t)
+	calls := func(n int, d time.Duration) {
+		lat.Store(int64(d))
+		for range n {
+			var reply testsvcv1.UnaryResponse
+			if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke); err != nil {
+				t.Fatal(err)
+			}
+			<-f.started
+			<-timers.started // the hedge's wait, never due
+		}
+	}
+	calls(11, 2*time.Millisecond) // the 11th call's delay is the first computed
+	clk.Advance(hedge.DefaultWindow)
+	calls(10, 40*time.Millisecond)
+	clk.Advance(hedge.DefaultWindow / 20)
+
+	release := make(chan struct{})
+	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		<-release
+		r.Id = "first"
+		return nil
+	}
+	reads.Store(0)
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	rec.wait(t, EventHedgeRefused)
+	close(release)
+	if err := waitErr(t, done); err != nil || reply.GetId() != "first" {
+		t.Fatalf("call: %v, %q", err, reply.GetId())
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.ev {
+		if e.Kind == EventHedgeRefused && e.Reason != StopQueueing {
+			t.Errorf("hedge refused for %v, want %v", e.Reason, StopQueueing)
+		}
 	}
 }

@@ -61,13 +61,15 @@ type hedging struct {
 // A6 throttle) and passes the adaptive throttle's retry rule, which sends
 // retries only to a healthy target that is not being shed; a breaker that
 // is open stops it. So hedges stop while the target is busy or down.
-// And hedges go out only while at least one in ten of the target's
-// recent hedges (for the method, decayed with a half-life of 2 s)
-// answered before the attempts sent earlier, or while fewer than ten
-// were sent lately: at a target where every request waits in one queue,
-// as at capacity from a fixed number of callers, a hedge joins the back
-// of the queue, never wins, and only adds load (EventHedgeRefused with
-// StopHedgesLost).
+// Two rules of its own stop hedges where they would only add load. No
+// hedge goes to a target whose recent median latency is more than twice
+// its lowest lately: it is queueing (at capacity from a fixed number of
+// callers, or overloaded; hedge.Delay.Queueing), and a hedge would wait
+// in the same queue (EventHedgeRefused with StopQueueing). And hedges go
+// out only while at least one in ten of the target's recent hedges (for
+// the method, decayed with a half-life of 2 s) answered before the
+// attempts sent earlier, or while fewer than ten were sent lately: a
+// hedge that loses is extra load and nothing else (StopHedgesLost).
 //
 // Every attempt of a call that hedges carries MetadataHedging: the tiers
 // below do not hedge the same request (a tier that hedges stops those
