@@ -90,6 +90,45 @@ func answerID(id string) func(context.Context, *testsvcv1.UnaryResponse, []grpc.
 	}
 }
 
+// trailered answers with trailer md, and with id or err.
+func trailered(md metadata.MD, id string, err error) func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error {
+	return func(_ context.Context, r *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
+		for _, o := range opts {
+			if to, ok := o.(grpc.TrailerCallOption); ok {
+				*to.TrailerAddr = md
+			}
+		}
+		r.Id = id
+		return err
+	}
+}
+
+// answerAfter answers with id once release is closed.
+func answerAfter(release <-chan struct{}, id string) func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error {
+	return func(_ context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		<-release
+		r.Id = id
+		return nil
+	}
+}
+
+// refusedHedge runs a call whose lead waits for release while its hedge
+// is due, checks that the hedge is refused and the lead answers.
+func refusedHedge(t *testing.T, i *Interceptors, f *hedgeInvoker, timers *hedgeTimers, rec *eventWaiter) {
+	t.Helper()
+	release := make(chan struct{})
+	f.answer[0] = answerAfter(release, "first")
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	rec.wait(t, EventHedgeRefused)
+	close(release)
+	if err := waitErr(t, done); err != nil || reply.GetId() != "first" {
+		t.Fatalf("call: %v, reply %q; want the first attempt's", err, reply.GetId())
+	}
+}
+
 func failWith(err error) func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error {
 	return func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error { return err }
 }
@@ -155,15 +194,7 @@ func TestHedgeFirstAnswerWins(t *testing.T) {
 	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithBudget(budget.Config{}), WithObserver(rec), timers.option())
 	f := newHedgeInvoker()
 	f.answer[0] = hang
-	f.answer[1] = func(_ context.Context, r *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
-		r.Id = "hedge"
-		for _, o := range opts {
-			if to, ok := o.(grpc.TrailerCallOption); ok {
-				*to.TrailerAddr = metadata.Pairs("who", "hedge")
-			}
-		}
-		return nil
-	}
+	f.answer[1] = trailered(metadata.Pairs("who", "hedge"), "hedge", nil)
 	var reply testsvcv1.UnaryResponse
 	var trailer metadata.MD
 	done := hedgedCall(t, i, f, &reply, grpc.Trailer(&trailer))
@@ -238,11 +269,7 @@ func TestHedgeRetriedCodeWaitsForTheOther(t *testing.T) {
 	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
 	f := newHedgeInvoker()
 	release := make(chan struct{})
-	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
-		<-release
-		r.Id = "first"
-		return nil
-	}
+	f.answer[0] = answerAfter(release, "first")
 	f.answer[1] = failWith(errUnavailable)
 	var reply testsvcv1.UnaryResponse
 	done := hedgedCall(t, i, f, &reply)
@@ -298,14 +325,7 @@ func TestHedgePushbackStopsHedges(t *testing.T) {
 		<-release
 		return errUnavailable
 	}
-	f.answer[1] = func(_ context.Context, _ *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
-		for _, o := range opts {
-			if to, ok := o.(grpc.TrailerCallOption); ok {
-				*to.TrailerAddr = metadata.Pairs(MetadataPushback, "-1")
-			}
-		}
-		return errUnavailable
-	}
+	f.answer[1] = trailered(metadata.Pairs(MetadataPushback, "-1"), "", errUnavailable)
 	var reply testsvcv1.UnaryResponse
 	done := hedgedCall(t, i, f, &reply)
 	f.waitStarted(t, 0)
@@ -330,21 +350,7 @@ func TestHedgeSpendsBudget(t *testing.T) {
 	timers, rec := newHedgeTimers(), newEventWaiter()
 	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithLimiter(func() budget.Limiter { return refuseAll{} }), WithObserver(rec), timers.option())
 	f := newHedgeInvoker()
-	release := make(chan struct{})
-	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
-		<-release
-		r.Id = "first"
-		return nil
-	}
-	var reply testsvcv1.UnaryResponse
-	done := hedgedCall(t, i, f, &reply)
-	f.waitStarted(t, 0)
-	timers.fire(t)
-	rec.wait(t, EventHedgeRefused)
-	close(release)
-	if err := waitErr(t, done); err != nil || reply.GetId() != "first" {
-		t.Fatalf("call: %v, reply %q; want the first attempt's", err, reply.GetId())
-	}
+	refusedHedge(t, i, f, timers, rec)
 	if len(f.md) != 1 || rec.count(EventHedgeSent) != 0 {
 		t.Errorf("%d attempts, %d hedges sent; want 1 and 0", len(f.md), rec.count(EventHedgeSent))
 	}
@@ -537,15 +543,12 @@ func TestHedgesThatLoseStop(t *testing.T) {
 	still := time.Now()
 	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithObserver(rec), timers.option(), withNow(func() time.Time { return still }))
 	f := newHedgeInvoker()
-	release := make(chan struct{})
-	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
-		<-release
-		r.Id = "first"
-		return nil
-	}
 	f.answer[1] = hang // the hedge waits behind the first: it never wins
 	for n := range winTrial + 1 {
-		release = make(chan struct{})
+		release := make(chan struct{})
+		f.mu.Lock()
+		f.answer[0] = answerAfter(release, "first")
+		f.mu.Unlock()
 		var reply testsvcv1.UnaryResponse
 		done := hedgedCall(t, i, f, &reply)
 		f.waitStarted(t, 0)
@@ -608,14 +611,7 @@ func TestHedgePushbackDelaysNextHedge(t *testing.T) {
 	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond, MaxHedges: 2}), WithMaxAttempts(5), WithObserver(rec), timers.option())
 	f := newHedgeInvoker()
 	f.answer[0] = hang
-	f.answer[1] = func(_ context.Context, _ *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
-		for _, o := range opts {
-			if to, ok := o.(grpc.TrailerCallOption); ok {
-				*to.TrailerAddr = metadata.Pairs(MetadataPushback, "300")
-			}
-		}
-		return errUnavailable
-	}
+	f.answer[1] = trailered(metadata.Pairs(MetadataPushback, "300"), "", errUnavailable)
 	f.answer[2] = answerID("second hedge")
 	var reply testsvcv1.UnaryResponse
 	done := hedgedCall(t, i, f, &reply)
@@ -667,22 +663,8 @@ func TestHedgeNotIntoAQueue(t *testing.T) {
 	calls(10, 40*time.Millisecond)
 	clk.Advance(hedge.DefaultWindow / 20)
 
-	release := make(chan struct{})
-	f.answer[0] = func(ctx context.Context, r *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
-		<-release
-		r.Id = "first"
-		return nil
-	}
 	reads.Store(0)
-	var reply testsvcv1.UnaryResponse
-	done := hedgedCall(t, i, f, &reply)
-	f.waitStarted(t, 0)
-	timers.fire(t)
-	rec.wait(t, EventHedgeRefused)
-	close(release)
-	if err := waitErr(t, done); err != nil || reply.GetId() != "first" {
-		t.Fatalf("call: %v, %q", err, reply.GetId())
-	}
+	refusedHedge(t, i, f, timers, rec)
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	for _, e := range rec.ev {
