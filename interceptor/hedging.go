@@ -85,6 +85,12 @@ type hedging struct {
 // grpc.Peer options receive the winning attempt's. Streams are not
 // hedged (see the package documentation).
 //
+// What it costs: a hedging call that sends no hedge has a cancellable
+// context, a timer and the header of the mark more than one that does
+// not hedge, about 16 allocations and a tenth of the time of a call on
+// one tier over bufconn (BENCHMARKS.md, "Hedging"). Configure it where
+// the tail matters.
+//
 // Client side; usable per call (without Hedging.Adaptive), so that one
 // call of an idempotent method may hedge: client.Get(ctx, req,
 // interceptor.WithHedging(interceptor.Hedging{})). Not part of
