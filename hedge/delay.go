@@ -247,23 +247,30 @@ func (d *Delay) compute() time.Duration {
 	n := a.n.Load() + b.n.Load()
 	d.initial.Store(n < int64(d.cfg.MinSamples))
 	if n < int64(d.cfg.MinSamples) {
+		d.median.Store(0) // too few to say: not queueing
 		return d.bound(d.cfg.Initial)
 	}
 	// The smallest latencies with at least half, and at least Percentile,
 	// of the samples at or below them.
 	half, rank := (n+1)/2, int64(math.Ceil(d.cfg.Percentile*float64(n)))
-	var seen, med int64
+	var seen, med, at int64
 	for i := range numBuckets {
 		seen += a.counts[i].Load() + b.counts[i].Load()
 		if med == 0 && seen >= half {
 			med = upper(i)
-			d.setMedian(med)
 		}
-		if seen >= rank {
-			return d.bound(time.Duration(upper(i)))
+		if at == 0 && seen >= rank {
+			at = upper(i)
+		}
+		if med != 0 && at != 0 {
+			break
 		}
 	}
-	return d.bound(time.Duration(upper(numBuckets - 1)))
+	if med == 0 || at == 0 { // counts moved while read: the last bucket
+		med, at = max(med, upper(numBuckets-1)), max(at, upper(numBuckets-1))
+	}
+	d.setMedian(med)
+	return d.bound(time.Duration(at))
 }
 
 // floorRise is how slowly the floor of the median follows a median

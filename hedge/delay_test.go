@@ -245,3 +245,51 @@ func TestQueueing(t *testing.T) {
 		t.Errorf("a latency up for good read as queueing for %v, want 10 s to a minute", took)
 	}
 }
+
+// Review finding: once the window holds fewer than MinSamples, the
+// median is unknown, and a target that was queueing once does not stay
+// "queueing" for good on sparse traffic.
+func TestQueueingForgetsOnSparseTraffic(t *testing.T) {
+	d, clk := newTest(t, Config{MinSamples: 10})
+	for range 10 {
+		d.Record(2 * ms)
+	}
+	d.Get()
+	clk.Advance(DefaultWindow)
+	for range 10 {
+		d.Record(40 * ms)
+	}
+	clk.Advance(DefaultWindow / 20)
+	d.Get()
+	if !d.Queueing() {
+		t.Fatal("median 40 ms after 2 ms: not queueing")
+	}
+	clk.Advance(DefaultWindow)
+	for range 5 {
+		d.Record(2 * ms)
+	}
+	d.Get()
+	if d.Queueing() {
+		t.Error("five latencies in the window (MinSamples 10): still queueing")
+	}
+}
+
+// The median is kept whatever the Percentile, below the median too.
+func TestQueueingLowPercentile(t *testing.T) {
+	d, clk := newTest(t, Config{Percentile: 0.1, MinSamples: 10})
+	for range 100 {
+		d.Record(2 * ms)
+	}
+	d.Get()
+	clk.Advance(DefaultWindow)
+	for i := range 100 {
+		d.Record(map[bool]time.Duration{true: ms, false: 80 * ms}[i%5 < 2]) // 40 % at 1 ms, 60 % at 80 ms
+	}
+	clk.Advance(DefaultWindow / 20)
+	if got := d.Get(); got > 2*ms {
+		t.Fatalf("10th percentile %v, want about 1 ms", got)
+	}
+	if !d.Queueing() {
+		t.Error("median 80 ms after 2 ms, Percentile 0.1: not queueing")
+	}
+}

@@ -25,11 +25,11 @@ import (
 // countingLimiter counts what the interceptor tells a limiter, and grants
 // every retry.
 type countingLimiter struct {
-	requests, successes, failures atomic.Int64
+	requests, successes, failures, tries atomic.Int64
 }
 
 func (l *countingLimiter) RecordRequest() { l.requests.Add(1) }
-func (l *countingLimiter) TryRetry() bool { return true }
+func (l *countingLimiter) TryRetry() bool { l.tries.Add(1); return true }
 func (l *countingLimiter) RecordOutcome(ok bool) {
 	if ok {
 		l.successes.Add(1)

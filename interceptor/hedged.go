@@ -59,8 +59,10 @@ type hedgeTry struct {
 }
 
 func (t *hedgeTry) cancel() {
-	t.stop()
-	t.timeout()
+	if t.stop != nil { // nil: a lead that panicked before it went out
+		t.stop()
+		t.timeout()
+	}
 }
 
 // hedgeCall is the state of a hedged call.
@@ -197,18 +199,18 @@ func (h *hedgeCall) leadAttempt() (time.Duration, error) {
 // the timer for the first hedge if the call may still send one.
 func (h *hedgeCall) startLead() {
 	c, t := h.c, &h.lead
+	h.mu.Lock() // first: a panic below must find no coordinator of an earlier lead
+	h.gen++
+	gen := h.gen
+	h.leadDone, h.coordinating = false, false
+	h.mu.Unlock()
+	h.timer = nil
 	actx, timeout := c.attemptContext(true)
 	t.ctx, t.stop = context.WithCancel(actx)
 	t.timeout, t.reply = timeout, h.reply
 	t.hopt.HeaderAddr, t.topt.TrailerAddr = &t.header, &t.trailer
 	h.leadOpts = append(append(h.optsBuf[:0], h.userOpts...), &t.hopt, &t.topt)
 	t.start = c.cfg.now()
-	h.mu.Lock()
-	h.gen++
-	gen := h.gen
-	h.leadDone, h.coordinating = false, false
-	h.mu.Unlock()
-	h.timer = nil
 	if h.hedgeDue() {
 		h.timer = c.cfg.afterFunc(c.hedgeDelay(h.target), func() { h.coordinate(gen) })
 	}
@@ -327,6 +329,9 @@ func (h *hedgeCall) mayHedge() StopReason {
 	if dl, ok := c.ctx.Deadline(); ok && !roomForRetry(time.Until(dl), 0) {
 		return StopDeadline
 	}
+	if c.ctx.Err() != nil {
+		return StopCanceled
+	}
 	if h.target.delay.Queueing() {
 		return StopQueueing
 	}
@@ -399,8 +404,13 @@ func (h *hedgeCall) ended(t *hedgeTry) (bool, time.Duration, error) {
 		h.dontRetry, h.noHedges = true, true
 	}
 	if len(h.flight) > 0 {
-		if o.hasPushback && o.pushback >= 0 && h.hedgeDue() {
+		switch {
+		case !h.hedgeDue():
+		case o.hasPushback && o.pushback >= 0:
 			h.startTick(c.wait(o)) // gRFC A6: the next hedge waits the pushback
+		case !o.hasPushback:
+			h.stopTick()
+			h.fire() // gRFC A6: after a failure, the next hedge goes at once
 		}
 		return false, 0, nil // an attempt in flight may still answer
 	}
@@ -458,7 +468,9 @@ func (h *hedgeCall) judge(t *hedgeTry) outcome {
 func (h *hedgeCall) answer(t *hedgeTry, o outcome) error {
 	c := h.c
 	if t.isHedge {
-		h.target.count(c.cfg.now(), true)
+		if t.err == nil { // a win is an answer; a fast failure is none
+			h.target.count(c.cfg.now(), true)
+		}
 		c.observe(Event{Kind: EventHedgeWon, Attempt: t.a.n, Code: o.code})
 		h.deliver(t)
 		if t.err == nil {
@@ -512,22 +524,34 @@ func (h *hedgeCall) cancelAll() {
 }
 
 // abort, after a panic of the coordinator, cancels the attempts in
-// flight and waits for them, telling the mechanisms nothing more.
+// flight and waits for them, and tells the mechanisms that each
+// counts for nothing (a half-open breaker's probe must not keep its
+// slot).
 func (h *hedgeCall) abort() {
 	for _, t := range h.flight {
 		t.stop()
 	}
 	for ; len(h.flight) > 0; h.flight = h.flight[1:] {
-		<-h.results
+		t := <-h.results
+		t.cancel()
+		h.c.report(&t.a, panicked)
 	}
 }
 
+// startTick starts the wait for the next hedge, replacing the one
+// pending: a tick of that one which came already (while the coordinator
+// was busy) is dropped, so that a pushback is waited in full.
 func (h *hedgeCall) startTick(d time.Duration) {
 	h.stopTick()
+	select {
+	case <-h.tick:
+	default:
+	}
 	h.tickDelay = d
+	tick := h.tick
 	h.tickStop = h.c.cfg.afterFunc(d, func() {
 		select {
-		case h.tick <- struct{}{}:
+		case tick <- struct{}{}:
 		default:
 		}
 	})

@@ -241,10 +241,11 @@ func (ht *hedgeTarget) count(now time.Time, won bool) {
 
 // hedgeDelay returns the delay before the call's next hedge.
 func (c *call) hedgeDelay(ht *hedgeTarget) time.Duration {
+	d := ht.delay.Get() // with a fixed delay too: it keeps the median for Queueing
 	if h := c.cfg.hedging; h.delay > 0 {
 		return h.delay
 	}
-	return ht.delay.Get()
+	return d
 }
 
 // mayHedge reports whether reply can be hedged: each hedge needs a fresh

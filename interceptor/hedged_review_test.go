@@ -1,0 +1,204 @@
+package interceptor
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/stormguard/stormguard/hedge"
+	"github.com/stormguard/stormguard/internal/clock"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+)
+
+// The regressions of the review of hedging (2026-12-02), each failing on
+// the code before its fix.
+
+// With a fixed Delay, the queueing rule applies too.
+func TestHedgeReviewFixedDelayQueueing(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var lat, reads atomic.Int64
+	now := withNow(func() time.Time {
+		n := reads.Add(1) - 1 // two reads per call: its start, its end
+		return base.Add(time.Duration(n/2) * time.Second).Add(time.Duration(n%2) * time.Duration(lat.Load()))
+	})
+	clk := clock.NewFake(base)
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond, Adaptive: hedge.Config{MinSamples: 10, Clock: clk}}), WithObserver(rec), timers.option(), now)
+	f := newHedgeInvoker()
+	f.answer[0] = answerID("x")
+	cc := newCC(t)
+	calls := func(n int, d time.Duration) {
+		lat.Store(int64(d))
+		for range n {
+			var reply testsvcv1.UnaryResponse
+			if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke); err != nil {
+				t.Fatal(err)
+			}
+			<-f.started
+			<-timers.started
+		}
+	}
+	calls(10, 2*time.Millisecond)
+	clk.Advance(hedge.DefaultWindow / 20)
+	calls(1, 2*time.Millisecond) // the median and its floor computed: 2 ms
+	clk.Advance(hedge.DefaultWindow)
+	calls(10, 40*time.Millisecond)
+	clk.Advance(hedge.DefaultWindow / 20)
+	reads.Store(0)
+	refusedHedge(t, i, f, timers, rec)
+	if got := lastRefusal(rec); got != StopQueueing {
+		t.Errorf("hedge refused for %v, want %v", got, StopQueueing)
+	}
+}
+
+// lastRefusal returns the Reason of the last EventHedgeRefused.
+func lastRefusal(rec *eventWaiter) StopReason {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var r StopReason
+	for _, e := range rec.ev {
+		if e.Kind == EventHedgeRefused {
+			r = e.Reason
+		}
+	}
+	return r
+}
+
+// A caller that left before the hedge delay gets no hedge: no budget
+// spent, nothing sent, nothing won.
+func TestHedgeReviewNoHedgeAfterCallerLeft(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	lim := &countingLimiter{}
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), lim.option(), WithObserver(rec), timers.option())
+	f := newHedgeInvoker()
+	release := make(chan struct{})
+	f.answer[0] = func(ctx context.Context, _ *testsvcv1.UnaryResponse, _ []grpc.CallOption) error {
+		<-release // slow to notice the cancel
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	cc := newCC(t)
+	go func() {
+		var reply testsvcv1.UnaryResponse
+		done <- i.UnaryClient()(ctx, "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke)
+	}()
+	f.waitStarted(t, 0)
+	cancel()
+	timers.fire(t)
+	rec.wait(t, EventHedgeRefused)
+	close(release)
+	waitErr(t, done)
+	if rec.count(EventHedgeSent) != 0 || lim.tries.Load() != 0 || lastRefusal(rec) != StopCanceled {
+		t.Errorf("hedges sent %d, retries asked %d, refused for %v; want 0, 0, %v", rec.count(EventHedgeSent), lim.tries.Load(), lastRefusal(rec), StopCanceled)
+	}
+}
+
+// gRFC A6: a hedge that fails with a retried code (no pushback) sends the
+// next hedge at once, not after another delay.
+func TestHedgeReviewNonFatalSendsNextAtOnce(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Hour, MaxHedges: 2}), WithMaxAttempts(5), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = failWith(errUnavailable)
+	f.answer[2] = answerID("second hedge")
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t) // the lead's delay: the first hedge
+	f.waitStarted(t, 1)
+	f.waitStarted(t, 2) // no wait fired: at once
+	if err := waitErr(t, done); err != nil || reply.GetId() != "second hedge" {
+		t.Fatalf("call: %v, %q", err, reply.GetId())
+	}
+}
+
+type panicOnHedgeSent struct {
+	recorder
+	once sync.Once
+}
+
+func (p *panicOnHedgeSent) Observe(ctx context.Context, e Event) {
+	p.recorder.Observe(ctx, e)
+	if e.Kind == EventHedgeSent {
+		p.once.Do(func() { panic("observer boom") })
+	}
+}
+
+// A panic of the coordinator (here the observer's) still reports every
+// attempt to the mechanisms: a half-open probe must not keep its slot.
+func TestHedgeReviewCoordinatorPanicReportsAttempts(t *testing.T) {
+	timers, rec := newHedgeTimers(), &panicOnHedgeSent{}
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithObserver(rec), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = hang
+	ctx, cc := ctxTimeout(t, time.Minute), newCC(t)
+	done := make(chan any, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		var reply testsvcv1.UnaryResponse
+		_ = i.UnaryClient()(ctx, "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke)
+	}()
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	if v := <-done; v != "observer boom" {
+		t.Fatalf("recovered %v, want the observer's panic", v)
+	}
+	if starts, ends := rec.count(EventAttemptStart), rec.count(EventAttemptEnd); starts != 2 || ends != 2 {
+		t.Errorf("%d attempts started, %d reported ended; want 2 and 2", starts, ends)
+	}
+}
+
+type blockOnEnd struct {
+	eventWaiter
+	attempt int
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockOnEnd) Observe(ctx context.Context, e Event) {
+	b.eventWaiter.Observe(ctx, e)
+	if e.Kind == EventAttemptEnd && e.Attempt == b.attempt {
+		close(b.entered)
+		<-b.release
+	}
+}
+
+// A hedge delay that passed while the coordinator handled a pushback
+// does not send the next hedge: the pushback is waited in full.
+func TestHedgeReviewTickDuringPushback(t *testing.T) {
+	timers := newHedgeTimers()
+	rec := &blockOnEnd{eventWaiter: *newEventWaiter(), attempt: 1, entered: make(chan struct{}), release: make(chan struct{})}
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond, MaxHedges: 3}), WithMaxAttempts(5), WithObserver(rec), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = trailered(metadata.Pairs(MetadataPushback, "300000"), "", errUnavailable)
+	f.answer[2] = answerID("second hedge")
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0)
+	timers.fire(t) // the lead's delay: hedge 1, and the wait for hedge 2
+	f.waitStarted(t, 1)
+	tick := <-timers.started
+	<-rec.entered // the coordinator is judging hedge 1's pushback answer
+	tick()        // the hedge delay passes meanwhile
+	close(rec.release)
+	pushback := <-timers.started // the wait of the pushback replaces it
+	select {
+	case n := <-f.started:
+		t.Fatalf("attempt %d went out before the pushback's wait", n)
+	case <-time.After(100 * time.Millisecond): // an absence: nothing to wait on
+	}
+	go pushback()
+	f.waitStarted(t, 2)
+	if err := waitErr(t, done); err != nil || reply.GetId() != "second hedge" {
+		t.Fatalf("call: %v, %q", err, reply.GetId())
+	}
+}

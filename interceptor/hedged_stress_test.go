@@ -1,0 +1,70 @@
+package interceptor
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/stormguard/stormguard/budget"
+	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
+)
+
+// Hedged calls from 4 goroutines at once, with real timers: attempts of
+// random latency, codes, commits and deadlines (seeded), the caller's
+// header and trailer options. Whatever the interleaving (run it with
+// -race), every attempt that started is reported ended, and every call
+// returns. (From the review of hedging, 2026-12-02.)
+func TestHedgeStress(t *testing.T) {
+	rec := &recorder{}
+	i := mustNew(t, WithHedging(Hedging{Delay: 200 * time.Microsecond, MaxHedges: 3}), WithMaxAttempts(5), WithBudget(budget.Config{}), WithObserver(rec), noWait)
+	cc := newCC(t)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(g), 7))
+			var mu sync.Mutex // r, for the attempts' goroutines
+			draw := func(n int) int { mu.Lock(); defer mu.Unlock(); return r.IntN(n) }
+			invoke := func(ctx context.Context, _ string, _, reply any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+				select {
+				case <-time.After(time.Duration(draw(600)) * time.Microsecond):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				for _, o := range opts {
+					switch o := o.(type) {
+					case grpc.HeaderCallOption:
+						if draw(10) == 0 {
+							*o.HeaderAddr = metadata.MD{} // a commit
+						}
+					case grpc.TrailerCallOption:
+						*o.TrailerAddr = metadata.Pairs("a", "b")
+					}
+				}
+				reply.(*testsvcv1.UnaryResponse).Id = "x"
+				switch draw(6) {
+				case 0:
+					return errUnavailable
+				case 1:
+					return errInternal
+				}
+				return nil
+			}
+			for range 300 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(200+draw(2000))*time.Microsecond)
+				var reply testsvcv1.UnaryResponse
+				var hd, tr metadata.MD
+				_ = i.UnaryClient()(ctx, "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, invoke, grpc.Header(&hd), grpc.Trailer(&tr))
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if s, e := rec.count(EventAttemptStart), rec.count(EventAttemptEnd); s != e || rec.count(EventHedgeSent) == 0 {
+		t.Errorf("attempts started %d, ended %d, hedges sent %d: want as many ended, some hedges", s, e, rec.count(EventHedgeSent))
+	}
+}
