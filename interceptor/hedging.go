@@ -53,8 +53,9 @@ type hedging struct {
 // with a code that is not retried, or arrived with response headers
 // (gRFC A6: it committed the call) is the call's, and the other attempts
 // are cancelled. A failure with a retried code while another attempt is
-// in flight leaves that one to answer; a "do not retry" answer stops the
-// hedges. A call whose attempts all failed retries as any other (its
+// in flight leaves that one to answer and sends the next hedge at once
+// (if one is left; after a positive pushback, once it passed); a "do not
+// retry" answer stops the hedges. A call whose attempts all failed retries as any other (its
 // hedges count as its attempts).
 //
 // A hedge is a retry to every mechanism: it spends the retry budget (or

@@ -72,8 +72,9 @@ const (
 	// EventHedgeSent: a hedged call (WithHedging) sends hedge Attempt,
 	// Delay after its last attempt went out with no answer yet.
 	EventHedgeSent
-	// EventHedgeWon: a hedge, Attempt, gave the call its answer (Code)
-	// before an attempt sent earlier.
+	// EventHedgeWon: a hedge, Attempt, ended the call (with Code) before
+	// an attempt sent earlier; only a success counts as a win for the
+	// rule that stops hedges that lose (see WithHedging).
 	EventHedgeWon
 	// EventHedgeCancelled: the call cancelled its attempt Attempt, in
 	// flight when another attempt answered.
