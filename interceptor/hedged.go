@@ -206,14 +206,31 @@ func (h *hedgeCall) startLead() {
 	h.mu.Unlock()
 	h.timer = nil
 	actx, timeout := c.attemptContext(true)
-	t.ctx, t.stop = context.WithCancel(actx)
+	t.start = c.cfg.now()
+	delay := c.hedgeDelay(h.target)
+	// A lead that cannot be hedged (the rules say no now) needs neither a
+	// timer nor a context of its own to cancel: no coordinator will run.
+	hedgeable := h.hedgeDue() && h.promising(t.start)
+	t.ctx, t.stop = actx, noCancel
+	if hedgeable {
+		t.ctx, t.stop = context.WithCancel(actx)
+	}
 	t.timeout, t.reply = timeout, h.reply
 	t.hopt.HeaderAddr, t.topt.TrailerAddr = &t.header, &t.trailer
 	h.leadOpts = append(append(h.optsBuf[:0], h.userOpts...), &t.hopt, &t.topt)
-	t.start = c.cfg.now()
-	if h.hedgeDue() {
-		h.timer = c.cfg.afterFunc(c.hedgeDelay(h.target), func() { h.coordinate(gen) })
+	if hedgeable {
+		h.timer = c.cfg.afterFunc(delay, func() { h.coordinate(gen) })
 	}
+}
+
+func noCancel() {}
+
+// promising reports whether the target may get a hedge by the rules of
+// its own (not queueing, its hedges winning): while it may not, a lead
+// starts no timer, and a call costs only the mark more than one that
+// does not hedge. mayHedge asks again when the delay has passed.
+func (h *hedgeCall) promising(now time.Time) bool {
+	return !h.target.delay.Queueing() && h.target.winning(now)
 }
 
 // endLead reports whether the lead ended before its hedge delay, and

@@ -50,10 +50,7 @@ func TestHedgeReviewFixedDelayQueueing(t *testing.T) {
 	calls(10, 40*time.Millisecond)
 	clk.Advance(hedge.DefaultWindow / 20)
 	reads.Store(0)
-	refusedHedge(t, i, f, timers, rec)
-	if got := lastRefusal(rec); got != StopQueueing {
-		t.Errorf("hedge refused for %v, want %v", got, StopQueueing)
-	}
+	leadAlone(t, i, f, timers)
 }
 
 // lastRefusal returns the Reason of the last EventHedgeRefused.
@@ -200,5 +197,32 @@ func TestHedgeReviewTickDuringPushback(t *testing.T) {
 	f.waitStarted(t, 2)
 	if err := waitErr(t, done); err != nil || reply.GetId() != "second hedge" {
 		t.Fatalf("call: %v, %q", err, reply.GetId())
+	}
+}
+
+// The rules are asked again when the delay has passed: hedges that lost
+// meanwhile stop the hedge due (StopHedgesLost).
+func TestHedgeRulesAskedAgainWhenDue(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	still := time.Now()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithObserver(rec), timers.option(), withNow(func() time.Time { return still }))
+	f := newHedgeInvoker()
+	release := make(chan struct{})
+	f.answer[0] = answerAfter(release, "first")
+	var reply testsvcv1.UnaryResponse
+	done := hedgedCall(t, i, f, &reply)
+	f.waitStarted(t, 0) // the lead is out, with its timer
+	ht := i.client.cfg.delays.get(normalizeTarget("passthrough:///payment"), "/svc/Get")
+	for range 2 * winTrial { // other calls' hedges lost meanwhile
+		ht.count(still, false)
+	}
+	timers.fire(t)
+	rec.wait(t, EventHedgeRefused)
+	close(release)
+	if err := waitErr(t, done); err != nil || reply.GetId() != "first" {
+		t.Fatalf("call: %v, %q", err, reply.GetId())
+	}
+	if got := lastRefusal(rec); got != StopHedgesLost {
+		t.Errorf("refused for %v, want %v", got, StopHedgesLost)
 	}
 }

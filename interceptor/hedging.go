@@ -71,6 +71,10 @@ type hedging struct {
 // the method, decayed with a half-life of 2 s) answered before the
 // attempts sent earlier, or while fewer than ten were sent lately: a
 // hedge that loses is extra load and nothing else (StopHedgesLost).
+// While either rule says no when a call starts, the call starts no hedge
+// timer and costs only the mark more than a call that does not hedge;
+// the rules are asked again when a hedge is due (the refusal events are
+// those of hedges due).
 //
 // Every attempt of a call that hedges carries MetadataHedging: the tiers
 // below do not hedge the same request (a tier that hedges stops those
