@@ -18,9 +18,10 @@ import (
 //
 // The lead attempt (the first, and a retry once every attempt failed)
 // runs on the caller's goroutine, as an attempt of a call that does not
-// hedge, with a timer for the hedge delay. An answer before the delay
-// stops the timer, and the call goes on as any other: a call that sends
-// no hedge costs a cancellable context and a timer more. When the timer
+// hedge, with a timer for the hedge delay (none while the rules say no
+// hedge: see rules). An answer before the delay stops the timer, and the
+// call goes on as any other: a call that sends no hedge costs a
+// cancellable context and a timer more. When the timer
 // fires first, its goroutine becomes the call's coordinator until the
 // call has its answer: it sends the hedges (each on a goroutine of its
 // own), hears every attempt end (the lead's too, handed over by the
@@ -103,7 +104,9 @@ type hedgeCall struct {
 	flight    []*hedgeTry
 	tick      chan struct{}
 	tickStop  stopper
-	tickDelay time.Duration
+	// waited is the wait before the hedge due: the hedge delay, or a
+	// pushback (for EventHedgeSent).
+	waited time.Duration
 }
 
 // hedgeVerdict is what the coordinator hands the caller's goroutine: the
@@ -146,11 +149,9 @@ func splitOptions(opts []grpc.CallOption) ([]grpc.CallOption, userOptions) {
 
 // run runs the call with hedges: the lead attempts, with the wait
 // between them.
-func (hu *hedgedUnary) run(method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+func (hu *hedgedUnary) run(ht *hedgeTarget, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	c, h := &hu.call, &hu.h
-	*h = hedgeCall{c: c, method: method, req: req, reply: reply, replyT: replyType(reply), cc: cc, invoker: invoker, userOpts: opts}
-	h.target = c.cfg.delays.get(c.key, method)
-	h.noHedges = h.target == nil // past maxDelaysPerTarget
+	*h = hedgeCall{c: c, target: ht, method: method, req: req, reply: reply, replyT: replyType(reply), cc: cc, invoker: invoker, userOpts: opts}
 	c.hedging = true
 	for {
 		wait, err := h.leadAttempt()
@@ -210,7 +211,7 @@ func (h *hedgeCall) startLead() {
 	delay := c.hedgeDelay(h.target)
 	// A lead that cannot be hedged (the rules say no now) needs neither a
 	// timer nor a context of its own to cancel: no coordinator will run.
-	hedgeable := h.hedgeDue() && h.promising(t.start)
+	hedgeable := h.hedgeDue() && h.rules(t.start) == 0
 	t.ctx, t.stop = actx, noCancel
 	if hedgeable {
 		t.ctx, t.stop = context.WithCancel(actx)
@@ -219,18 +220,25 @@ func (h *hedgeCall) startLead() {
 	t.hopt.HeaderAddr, t.topt.TrailerAddr = &t.header, &t.trailer
 	h.leadOpts = append(append(h.optsBuf[:0], h.userOpts...), &t.hopt, &t.topt)
 	if hedgeable {
+		h.waited = delay
 		h.timer = c.cfg.afterFunc(delay, func() { h.coordinate(gen) })
 	}
 }
 
 func noCancel() {}
 
-// promising reports whether the target may get a hedge by the rules of
-// its own (not queueing, its hedges winning): while it may not, a lead
+// rules reports why the target may get no hedge by the rules of its own
+// (it is queueing, its hedges lose), or zero. While it may not, a lead
 // starts no timer, and a call costs only the mark more than one that
-// does not hedge. mayHedge asks again when the delay has passed.
-func (h *hedgeCall) promising(now time.Time) bool {
-	return !h.target.delay.Queueing() && h.target.winning(now)
+// does not hedge; mayHedge asks again when a hedge is due.
+func (h *hedgeCall) rules(now time.Time) StopReason {
+	switch {
+	case h.target.delay.Queueing():
+		return StopQueueing
+	case !h.target.winning(now):
+		return StopHedgesLost
+	}
+	return 0
 }
 
 // endLead reports whether the lead ended before its hedge delay, and
@@ -328,7 +336,7 @@ func (h *hedgeCall) fire() {
 		if r = h.launch(); r == 0 {
 			h.hedges++
 			h.target.count(c.cfg.now(), false)
-			c.observe(Event{Kind: EventHedgeSent, Attempt: c.attempt - 1, Delay: c.hedgeDelay(h.target)})
+			c.observe(Event{Kind: EventHedgeSent, Attempt: c.attempt - 1, Delay: h.waited})
 			if h.hedgeDue() {
 				h.startTick(c.hedgeDelay(h.target))
 			}
@@ -349,11 +357,8 @@ func (h *hedgeCall) mayHedge() StopReason {
 	if c.ctx.Err() != nil {
 		return StopCanceled
 	}
-	if h.target.delay.Queueing() {
-		return StopQueueing
-	}
-	if !h.target.winning(c.cfg.now()) {
-		return StopHedgesLost
+	if r := h.rules(c.cfg.now()); r != 0 {
+		return r
 	}
 	for _, m := range c.mechanisms() {
 		if r := m.retry(c); r != 0 {
@@ -564,7 +569,7 @@ func (h *hedgeCall) startTick(d time.Duration) {
 	case <-h.tick:
 	default:
 	}
-	h.tickDelay = d
+	h.waited = d
 	tick := h.tick
 	h.tickStop = h.c.cfg.afterFunc(d, func() {
 		select {

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -224,5 +225,34 @@ func TestHedgeRulesAskedAgainWhenDue(t *testing.T) {
 	}
 	if got := lastRefusal(rec); got != StopHedgesLost {
 		t.Errorf("refused for %v, want %v", got, StopHedgesLost)
+	}
+}
+
+// A target that keeps the state of maxDelaysPerTarget methods already
+// hedges no further method, and calls to it are plain calls (before: a
+// nil state, and a panic).
+func TestHedgePastMaxMethods(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = answerID("x")
+	cc := newCC(t)
+	for n := range maxDelaysPerTarget + 1 {
+		var reply testsvcv1.UnaryResponse
+		method := "/svc/M" + strconv.Itoa(n)
+		if err := i.UnaryClient()(ctxTimeout(t, time.Minute), method, &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke); err != nil {
+			t.Fatalf("call %d: %v", n, err)
+		}
+		<-f.started
+		select {
+		case <-timers.started:
+			if n == maxDelaysPerTarget {
+				t.Fatal("the method past the bound started a hedge timer")
+			}
+		default:
+			if n < maxDelaysPerTarget {
+				t.Fatalf("method %d started no hedge timer", n)
+			}
+		}
 	}
 }

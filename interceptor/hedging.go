@@ -253,9 +253,9 @@ func (c *call) hedgeDelay(ht *hedgeTarget) time.Duration {
 	return d
 }
 
-// mayHedge reports whether reply can be hedged: each hedge needs a fresh
-// message of its type.
-func mayHedge(reply any) bool {
+// hedgeableReply reports whether reply can be hedged: each hedge needs
+// a fresh message of its type.
+func hedgeableReply(reply any) bool {
 	_, ok := reply.(proto.Message)
 	return ok
 }

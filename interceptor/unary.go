@@ -27,19 +27,20 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	if err != nil {
 		return err
 	}
+	var hu *hedgedUnary
 	var u *unaryCall
-	if cfg.hedging.hedges(method) && mayHedge(reply) {
-		hu := &hedgedUnary{}
+	if cfg.hedging.hedges(method) && hedgeableReply(reply) {
+		hu = &hedgedUnary{}
 		u = &hu.unaryCall
-		u.init(ctx, cfg, cl.target(cc), method)
-		u.conn = cc
-		if u.hedges() {
-			return hu.run(method, req, reply, cc, invoker, opts)
-		}
 	} else {
 		u = &unaryCall{}
-		u.init(ctx, cfg, cl.target(cc), method)
-		u.conn = cc
+	}
+	u.init(ctx, cfg, cl.target(cc), method)
+	u.conn = cc
+	if hu != nil && u.hedges() {
+		if ht := cfg.delays.get(u.key, method); ht != nil { // nil: too many methods at the target
+			return hu.run(ht, method, req, reply, cc, invoker, opts)
+		}
 	}
 	c := &u.call
 	u.hopt.HeaderAddr = &u.header
