@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/stormguard/stormguard/hedge"
-	"github.com/stormguard/stormguard/internal/clock"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
@@ -21,37 +19,16 @@ import (
 
 // With a fixed Delay, the queueing rule applies too.
 func TestHedgeReviewFixedDelayQueueing(t *testing.T) {
-	timers, rec := newHedgeTimers(), newEventWaiter()
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var lat, reads atomic.Int64
-	now := withNow(func() time.Time {
-		n := reads.Add(1) - 1 // two reads per call: its start, its end
-		return base.Add(time.Duration(n/2) * time.Second).Add(time.Duration(n%2) * time.Duration(lat.Load()))
-	})
-	clk := clock.NewFake(base)
-	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond, Adaptive: hedge.Config{MinSamples: 10, Clock: clk}}), WithObserver(rec), timers.option(), now)
-	f := newHedgeInvoker()
-	f.answer[0] = answerID("x")
-	cc := newCC(t)
-	calls := func(n int, d time.Duration) {
-		lat.Store(int64(d))
-		for range n {
-			var reply testsvcv1.UnaryResponse
-			if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke); err != nil {
-				t.Fatal(err)
-			}
-			<-f.started
-			<-timers.started
-		}
-	}
+	q := newQueueHarness(t, Hedging{Delay: time.Millisecond, Adaptive: hedge.Config{MinSamples: 10}})
+	calls, clk := func(n int, d time.Duration) { q.calls(t, n, d) }, q.clk
 	calls(10, 2*time.Millisecond)
 	clk.Advance(hedge.DefaultWindow / 20)
 	calls(1, 2*time.Millisecond) // the median and its floor computed: 2 ms
 	clk.Advance(hedge.DefaultWindow)
 	calls(10, 40*time.Millisecond)
 	clk.Advance(hedge.DefaultWindow / 20)
-	reads.Store(0)
-	leadAlone(t, i, f, timers)
+	q.reads.Store(0)
+	leadAlone(t, q.i, q.f, q.timers)
 }
 
 // lastRefusal returns the Reason of the last EventHedgeRefused.

@@ -638,35 +638,57 @@ func TestHedgePushbackDelaysNextHedge(t *testing.T) {
 // A target whose median latency rose to more than twice its lowest gets
 // no hedges: it is queueing, and a hedge would wait in the same queue.
 func TestHedgeNotIntoAQueue(t *testing.T) {
-	timers, rec := newHedgeTimers(), newEventWaiter()
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var lat atomic.Int64 // each attempt's latency on the interceptor's clock
-	var reads atomic.Int64
-	now := withNow(func() time.Time {
-		n := reads.Add(1) - 1 // two reads per call: its start, its end
-		return base.Add(time.Duration(n/2) * time.Second).Add(time.Duration(n%2) * time.Duration(lat.Load()))
-	})
-	clk := clock.NewFake(base)
-	i := mustNew(t, WithHedging(Hedging{Adaptive: hedge.Config{MinSamples: 10, Clock: clk}}), WithObserver(rec), timers.option(), now)
-	f := newHedgeInvoker()
-	f.answer[0] = answerID("x")
-	cc := newCC(t)
-	calls := func(n int, d time.Duration) {
-		lat.Store(int64(d))
-		for range n {
-			var reply testsvcv1.UnaryResponse
-			if err := i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, f.invoke); err != nil {
-				t.Fatal(err)
-			}
-			<-f.started
-			<-timers.started // the hedge's wait, never due
-		}
-	}
+	q := newQueueHarness(t, Hedging{Adaptive: hedge.Config{MinSamples: 10}})
+	calls, clk := func(n int, d time.Duration) { q.calls(t, n, d) }, q.clk
 	calls(11, 2*time.Millisecond) // the 11th call's delay is the first computed
 	clk.Advance(hedge.DefaultWindow)
 	calls(10, 40*time.Millisecond)
 	clk.Advance(hedge.DefaultWindow / 20)
 
-	reads.Store(0)
-	leadAlone(t, i, f, timers)
+	q.reads.Store(0)
+	leadAlone(t, q.i, q.f, q.timers)
+}
+
+// queueHarness drives hedging calls whose latency the test sets, on an
+// interceptor clock read twice per call (its start, its end) and a fake
+// clock for the delay's window, for the tests of the queueing rule.
+type queueHarness struct {
+	i      *Interceptors
+	f      *hedgeInvoker
+	timers *hedgeTimers
+	rec    *eventWaiter
+	clk    *clock.Fake
+	cc     *grpc.ClientConn
+	reads  atomic.Int64
+	lat    atomic.Int64 // each attempt's latency on the interceptor's clock
+}
+
+func newQueueHarness(t *testing.T, h Hedging) *queueHarness {
+	q := &queueHarness{timers: newHedgeTimers(), rec: newEventWaiter(), f: newHedgeInvoker()}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := withNow(func() time.Time {
+		n := q.reads.Add(1) - 1 // two reads per call: its start, its end
+		return base.Add(time.Duration(n/2) * time.Second).Add(time.Duration(n%2) * time.Duration(q.lat.Load()))
+	})
+	q.clk = clock.NewFake(base)
+	h.Adaptive.Clock = q.clk
+	q.i = mustNew(t, WithHedging(h), WithObserver(q.rec), q.timers.option(), now)
+	q.f.answer[0] = answerID("x")
+	q.cc = newCC(t)
+	return q
+}
+
+// calls makes n calls of latency d, each waiting for its lead and its
+// hedge's timer (never due).
+func (q *queueHarness) calls(t *testing.T, n int, d time.Duration) {
+	t.Helper()
+	q.lat.Store(int64(d))
+	for range n {
+		var reply testsvcv1.UnaryResponse
+		if err := q.i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, q.cc, q.f.invoke); err != nil {
+			t.Fatal(err)
+		}
+		<-q.f.started
+		<-q.timers.started
+	}
 }
