@@ -761,23 +761,48 @@ func calm(win window) bool {
 // windows of a server at low rates hold a handful of events each, and
 // two in a row can look calm by chance in an open loop at three times
 // its capacity. l.mu is held.
-func (l *Limiter) calmLately() bool {
+func (l *Limiter) calmLately() bool { return l.calmOver(false) }
+
+// calmOver is calmLately, counting as completions only the requests
+// served (not Abandoned) when served is true. l.mu is held.
+func (l *Limiter) calmOver(served bool) bool {
 	var sum window
 	for i := range min(rateWindows, l.histN) {
 		w := l.recent(i)
 		sum.arrived += w.arrived
 		sum.refused += w.refused
-		sum.done += w.done
+		sum.done += completions(*w, served)
 	}
 	return calm(sum)
 }
 
+// completions returns the window's completions, only those served when
+// served is true.
+func completions(w window, served bool) int64 {
+	if served {
+		return w.done - w.abandoned
+	}
+	return w.done
+}
+
 // whileOverloaded is the window's end while the server is overloaded:
 // its end, and the probes. l.mu is held.
+//
+// While it serves, it is calm by what it served: a request its caller
+// left frees a slot, but is no sign that the server keeps up. Counted,
+// the requests admitted a deadline ago, which end together at that
+// deadline, made a gateway at eight times its chain's capacity look calm
+// a second into the overload: the overload ended, a suspect phase of
+// 600 ms held its arrivals, and again a deadline later (p99 of successes
+// 150-600 ms, and a throttle below that called its target down). A
+// server that served nothing lately (a hang below it, whose requests
+// all end at their deadlines) has no served rate to compare with: it is
+// calm by all its completions, as before.
 func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.overSince++
 	l.followService()
-	if calm(win) && l.calmLately() {
+	served := l.servedLately()
+	if calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served) {
 		l.calmRun++
 	} else {
 		l.calmRun = 0

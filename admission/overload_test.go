@@ -305,3 +305,62 @@ func TestHangAdmitsNoBacklog(t *testing.T) {
 		t.Errorf("%d requests in flight at once from 300 ms into the hang to after its first deadlines, want <= 60 (what it held when it became suspect, about 30, twice)", most)
 	}
 }
+
+// Requests its callers left are no sign that a server keeps up. A server
+// overloaded by open-loop arrivals at 8 times its capacity holds 600
+// requests admitted before, waiting below it (a gateway whose requests
+// wait at the tiers behind it), that end together at their callers'
+// deadline, Abandoned: in those windows as many end as arrive. Counted as
+// completions, they made the server look calm: the overload ended and a
+// suspect phase held the arrivals again (a gateway at 8x went through it
+// every second, p99 of successes 150-600 ms, its throttle below calling
+// the next tier down). The overload holds until the arrivals fall.
+func TestAbandonedWaveKeepsOverload(t *testing.T) {
+	const capacity = 800.0 // 4 workers, 5 ms each
+	s := newSim(t, Config{}, 4, 5*time.Millisecond, 5)
+	s.open(0.5*capacity, 0, time.Second, time.Second)
+	s.open(8*capacity, time.Second, 4*time.Second, time.Second)
+	s.open(0.5*capacity, 4*time.Second, 5*time.Second, time.Second)
+	var below []Permit
+	s.at(time.Second-time.Millisecond, func() {
+		for range 600 {
+			p, err := s.l.Acquire(ClassFirst, time.Time{})
+			if err != nil {
+				t.Fatalf("Acquire before the overload: %v", err)
+			}
+			below = append(below, p)
+		}
+	})
+	for i := range 30 { // their deadline: 20 a millisecond
+		s.at(2*time.Second+time.Duration(i)*time.Millisecond, func() {
+			for _, p := range below[20*i : 20*(i+1)] {
+				p.Release(Abandoned)
+			}
+		})
+	}
+	var ends int
+	was := false
+	var sample func()
+	sample = func() {
+		o := s.l.Overloaded()
+		if was && !o {
+			ends++
+		}
+		was = o
+		if s.el < 4*time.Second {
+			s.at(s.el+time.Millisecond, sample)
+		}
+	}
+	s.at(1500*time.Millisecond, sample)
+	s.run(5 * time.Second)
+	for from := time.Duration(0); from < 5*time.Second; from += 250 * time.Millisecond {
+		refused, served, p99 := s.in(from, from+250*time.Millisecond)
+		t.Logf("%v: refused %d served %d p99 %v", from, refused, served, p99)
+	}
+	if !was || ends != 0 {
+		t.Errorf("overloaded at the end of the excess: %v, after %d ends of the overload while the arrivals were 8x the capacity; want true after none", was, ends)
+	}
+	if refused, _, _ := s.in(4100*time.Millisecond, 5*time.Second); refused != 0 {
+		t.Errorf("%d refused from 100 ms after the overload", refused)
+	}
+}
