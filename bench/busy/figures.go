@@ -168,8 +168,9 @@ func medianOf[T cmp.Ordered](v []T) T {
 // Slice is one time slice of a load.
 type Slice struct {
 	From    time.Duration
-	Success float64 // OK over requests started in the slice; -1 for none
-	Goodput float64 // OK answers per second that ended in it
+	Success float64       // OK over requests started in the slice; -1 for none
+	Goodput float64       // OK answers per second that ended in it
+	P99OK   time.Duration // of the successes that started in it; 0 for none
 }
 
 // slicesOf cuts the requests of s that started in [0, length) into
@@ -182,6 +183,7 @@ func slicesOf(s Samples, width, length time.Duration) []Slice {
 		sl := Slice{From: from, Success: -1}
 		if len(in) > 0 {
 			sl.Success = in.Success()
+			sl.P99OK = ok(in).Percentile(0.99)
 		}
 		sl.Goodput = float64(okEnded(s, from, from+width)) / width.Seconds()
 		out = append(out, sl)
@@ -201,13 +203,15 @@ func medianSlices(runs [][]Slice) []Slice {
 	out := make([]Slice, n)
 	for i := range n {
 		var succ, good []float64
+		var p99 []time.Duration
 		for _, r := range runs {
 			if r[i].Success >= 0 {
 				succ = append(succ, r[i].Success)
 			}
 			good = append(good, r[i].Goodput)
+			p99 = append(p99, r[i].P99OK)
 		}
-		out[i] = Slice{From: runs[0][i].From, Success: -1, Goodput: medianOf(good)}
+		out[i] = Slice{From: runs[0][i].From, Success: -1, Goodput: medianOf(good), P99OK: medianOf(p99)}
 		if len(succ) > 0 {
 			out[i].Success = medianOf(succ)
 		}

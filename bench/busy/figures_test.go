@@ -81,11 +81,15 @@ func TestFiguresAndMedian(t *testing.T) {
 		t.Errorf("medianOf 4 values: %d, want the lower middle 2", got)
 	}
 	sl := slicesOf(r.Samples, 500*ms, time.Second)
-	if len(sl) != 2 || sl[0].Success != 0.75 || sl[1].Success != -1 || sl[0].Goodput != 4 {
+	if len(sl) != 2 || sl[0].Success != 0.75 || sl[1].Success != -1 || sl[0].Goodput != 4 || sl[0].P99OK != 990*ms || sl[1].P99OK != 0 {
 		t.Errorf("slices: %+v", sl)
 	}
 	if sl := slicesOf(r.Samples, 400*ms, time.Second); len(sl) != 2 {
 		t.Errorf("slices of 400ms over 1s: %d, want 2 (the last, of 200ms, left out)", len(sl))
+	}
+	m2 := medianSlices([][]Slice{{{P99OK: 3 * ms}}, {{P99OK: ms}}, {{P99OK: 2 * ms}}})
+	if len(m2) != 1 || m2[0].P99OK != 2*ms {
+		t.Errorf("median slices: %+v, want p99 2ms", m2)
 	}
 }
 

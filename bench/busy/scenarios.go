@@ -203,10 +203,10 @@ func Quick(p Params) Params {
 	p.SlowLength = time.Second
 	p.ReplicaLength = 2 * time.Second
 	p.PoolCallers = []int{8}
-	p.OverFactors = []float64{2, 8}
+	p.OverFactors = []float64{8}
 	p.CPUCallers = []int{32}
 	p.CPUFactors = []float64{2}
-	p.OverFor = 2 * time.Second
+	p.OverFor = 5 * time.Second
 	p.OverAfter = 1500 * time.Millisecond
 	p.CapacityLength = time.Second
 	p.OutageCases = p.OutageCases[:2] // 128 callers, fail-all and kill
@@ -439,8 +439,8 @@ func (h *Harness) overload(ctx context.Context, cpu bool) error {
 		sl := medianSlicesOf(runs, p.OverSlice)
 		slices = append(slices, func() {
 			fmt.Fprintf(h.Out, "%.1fx: ", fct)
-			h.sliceTable(stacks, sl, p.OverSlice, p.OverFor, "success and goodput / capacity", func(x Slice) string {
-				return fmt.Sprintf("%s, %s", pct(x.Success), ratio(x.Goodput, capacity))
+			h.sliceTable(stacks, sl, p.OverSlice, p.OverFor, "success, goodput / capacity and p99 of successes", func(x Slice) string {
+				return fmt.Sprintf("%s, %s, %s", pct(x.Success), ratio(x.Goodput, capacity), ms(x.P99OK))
 			})
 		})
 	}
