@@ -50,8 +50,12 @@ const (
 	// minSamples latencies make a window's mean a candidate for the base.
 	minSamples = 4
 	// baseDrift bounds how far the base follows the server's latency
-	// while it is overloaded (see followService).
-	baseDrift = 8
+	// while it is overloaded; it follows only a least latency above the
+	// base plus followMargin targets, for followFor windows before it is
+	// judged again (see followService).
+	baseDrift    = 8
+	followMargin = 1.5
+	followFor    = 50
 	// probeEvery windows of overload, a probe tells a closed loop from an
 	// open one (see Limiter); probeWindows is its length (longer at low
 	// rates: probeArrivals), its second half measured; closedRatio is the
@@ -300,6 +304,8 @@ type Limiter struct {
 	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes
 	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
 	least      atomic.Int64                  // the least Measured latency of the window; 0: none
+	judgeFrom  atomic.Int64                  // nanoseconds since origin: followService judges the requests admitted since
+	judgeLeast atomic.Int64                  // the least Measured latency of those; 0: none
 	waitingN   atomic.Int64                  // requests in the queue or about to enter it
 	rejected   [numReasons]atomic.Int64
 
@@ -317,6 +323,9 @@ type Limiter struct {
 	calmRun    int
 	base       int64 // nanoseconds
 	overSince  int64 // windows since the overload started
+	following  bool  // the base follows the server's latency (followService)
+	followed   int64 // windows it has followed
+	judged     int64 // windows since the judgement started
 	probing    bool
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
@@ -324,6 +333,7 @@ type Limiter struct {
 	suspectFor int64                  // windows since the server became suspect in which its completions did not grow
 	suspectAll int64                  // windows since the server became suspect
 	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
+	suspectIn  int64                  // in flight when it became suspect
 	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
 }
 
@@ -622,10 +632,9 @@ func (p Permit) Release(o Outcome) {
 			rtt := max(at-p.start, 0)
 			l.latSum.Add(rtt)
 			l.latN.Add(1)
-			for least := l.least.Load(); least == 0 || rtt < least; least = l.least.Load() {
-				if l.least.CompareAndSwap(least, max(rtt, 1)) {
-					break
-				}
+			lower(&l.least, rtt)
+			if p.start >= l.judgeFrom.Load() {
+				lower(&l.judgeLeast, rtt)
 			}
 		} else if o == Failed {
 			l.failed.Add(1)
@@ -642,6 +651,15 @@ func (p Permit) Release(o Outcome) {
 	}
 	if l.cfg.QueueSize > 0 && l.waiting() > 0 {
 		l.dispatch()
+	}
+}
+
+// lower stores rtt (at least 1) in v if v is 0 or larger.
+func lower(v *atomic.Int64, rtt int64) {
+	for cur := v.Load(); cur == 0 || rtt < cur; cur = v.Load() {
+		if v.CompareAndSwap(cur, max(rtt, 1)) {
+			return
+		}
 	}
 }
 
@@ -820,12 +838,24 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 // queue while it is overloaded: a server that became slower (a slow
 // dependency, a degraded disk) rather than queued needs more time per
 // request, and with the base of before the overload it would be refused
-// work its idle workers could do. The least latency of the last windows
-// is that of a request that hardly waited; it may exceed the base of
-// before by at most baseDrift times (8: the slow dependency of the
-// scenarios is 5 times slower), so that a queue that never empties
-// (whose least latency includes a wait) cannot drift the target up
-// without bound. l.mu is held.
+// work its idle workers could do.
+//
+// The least latency of the last windows is that of a request that
+// hardly waited, where the queue empties. Where it never does (a pool
+// that stays backed up, or the tiers below a gateway, fed by what the
+// gateway admits) it includes a wait, and a base that followed it would
+// admit more, lengthen the wait, and follow again: at a gateway at 8x
+// its chain's capacity, up to baseDrift times the base of before (11 ms
+// -> 87 ms, p99 of successes 140 ms). So the base follows only a latency
+// that stays when the queue is short. While it does not follow, the
+// thresholds are those of before, which keep the expected latency within
+// the base plus the target; once the expected latency has been within
+// them for rateWindows windows, and the least latency of those windows
+// still exceeds the base plus followMargin targets, no queue they allow
+// explains it, and the base follows the least latency, up to baseDrift
+// times the base of before (8: the slow dependency of the scenarios is 5
+// times slower). After followFor windows of following it stops, to be
+// judged again. l.mu is held.
 func (l *Limiter) followService() {
 	least := int64(0)
 	for i := range min(rateWindows, l.histN) {
@@ -833,11 +863,33 @@ func (l *Limiter) followService() {
 			least = w.least
 		}
 	}
+	margin := l.base + int64(followMargin*float64(l.cfg.Target))
+	if l.following {
+		if l.followed++; l.followed >= followFor {
+			l.following = false
+			l.startJudging()
+		}
+	} else if l.judged++; l.judged >= rateWindows {
+		switch j := l.judgeLeast.Load(); {
+		case j > margin:
+			l.following, l.followed = true, 0
+		case j > 0:
+			l.startJudging()
+		}
+	}
 	base := l.base
-	if least > base {
+	if l.following && least > base {
 		base = min(least, baseDrift*l.base)
 	}
 	l.publishThresholds(base)
+}
+
+// startJudging starts a judgement of followService: the least latency of
+// the requests admitted from now on. l.mu is held.
+func (l *Limiter) startJudging() {
+	l.judged = 0
+	l.judgeLeast.Store(0)
+	l.judgeFrom.Store(l.now())
 }
 
 // endOverload ends the overload, and a probe with it. l.mu is held.

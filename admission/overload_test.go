@@ -77,8 +77,10 @@ func TestOpenLoopOverload(t *testing.T) {
 			if rate := float64(served) / 1.75; rate < 0.9*capacity {
 				t.Errorf("%.1fx: served %.0f/s during the overload, want >= 0.9 x %.0f", factor, rate, capacity)
 			}
-			if p99 > 40*time.Millisecond {
-				t.Errorf("%.1fx: p99 %v during the overload, want <= 40ms (1 ms service + 20 ms target, the base up to 8x)", factor, p99)
+			// Not more: a base that followed the latency of the server's
+			// own queue drifted to 8 times its 1 ms (p99 28 ms).
+			if p99 > 24*time.Millisecond {
+				t.Errorf("%.1fx: p99 %v during the overload, want <= 24ms (1 ms service + 20 ms target + 3)", factor, p99)
 			}
 			if refused, _, _ := s.in(3100*time.Millisecond, 4*time.Second); refused != 0 {
 				t.Errorf("%.1fx: %d refused from 100 ms after the overload", factor, refused)
@@ -169,6 +171,44 @@ func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
 	}
 	if refused, _, _ := s.in(3250*time.Millisecond, 4*time.Second); refused != 0 {
 		t.Errorf("%d refused after the slowdown", refused)
+	}
+}
+
+// A server that becomes five times slower while overloaded keeps its
+// workers busy: the requests admitted at the thresholds of before take
+// longer than any queue those allow, and the base follows the latency.
+// Without following, it served 61/s of its 80/s.
+func TestSlowerWhileOverloadedFollows(t *testing.T) {
+	s := newSim(t, Config{}, 4, 10*time.Millisecond, 11) // 400/s, then 80/s
+	slow := false
+	s.service = func(*rand.Rand) time.Duration {
+		if slow {
+			return 50 * time.Millisecond
+		}
+		return 10 * time.Millisecond
+	}
+	s.open(200, 0, time.Second, time.Second)
+	s.open(800, time.Second, 4*time.Second, time.Second)
+	s.open(200, 4*time.Second, 5*time.Second, time.Second)
+	s.run(2 * time.Second)
+	if !s.l.Overloaded() {
+		t.Fatal("not overloaded at 2x its capacity")
+	}
+	slow = true
+	s.run(3 * time.Second)
+	slow = false
+	s.run(5 * time.Second)
+	done := 0
+	for _, r := range s.results {
+		if end := r.at + r.latency; !r.refused && !r.gone && end >= 2250*time.Millisecond && end < 3*time.Second {
+			done++
+		}
+	}
+	if rate := float64(done) / 0.75; rate < 0.85*80 {
+		t.Errorf("served %.0f/s while 5x slower and overloaded, want >= 85 %% of its 80/s", rate)
+	}
+	if refused, _, _ := s.in(4100*time.Millisecond, 5*time.Second); refused != 0 {
+		t.Errorf("%d refused from 100 ms after the overload", refused)
 	}
 }
 

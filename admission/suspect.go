@@ -75,12 +75,20 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	// already, and holding them would only move their wait here, where
 	// a deadline can end it.
 	l.suspectCap.Store(max(l.throughputNeed(per), win.inflight))
-	expected := (win.inflight + 1) * per
-	l.suspectFor, l.suspectAll = 0, 0
-	l.suspectMax = min(max(suspectWindows, 2*expected/int64(l.cfg.Window)), suspectMaxWindows)
+	l.suspectFor, l.suspectAll, l.suspectIn = 0, 0, win.inflight
+	l.suspectMax = l.suspectLength(per)
 	l.calmRun = 0
 	l.held = [calmWindows + 1]int64{}
 	l.suspect.Store(true)
+}
+
+// suspectLength returns how many windows without growth the server may
+// stay suspect, with per nanoseconds per completion: suspectWindows, or
+// twice the latency the requests in flight when it became suspect
+// expect if longer, up to suspectMaxWindows. l.mu is held.
+func (l *Limiter) suspectLength(per int64) int64 {
+	expected := (l.suspectIn + 1) * per
+	return min(max(suspectWindows, 2*expected/int64(l.cfg.Window)), suspectMaxWindows)
 }
 
 // heldFlat records what the server holds at the end of a suspect window
@@ -133,13 +141,16 @@ func (l *Limiter) throughputNeed(per int64) int64 {
 func (l *Limiter) whileSuspect(win window) {
 	// The cap follows what the throughput needs as the estimate settles
 	// (at the start completions lag, and the time per completion reads
-	// long).
+	// long), and so does the length of the wait (read at the start, it
+	// was 60 windows for a gateway at 8x, long enough to let the oldest
+	// waiters in at half their deadline).
 	growing := false
 	if per := l.perDone.Load(); per > 0 {
 		if need := l.throughputNeed(per); need > l.suspectCap.Load() {
 			l.suspectCap.Store(need)
 			growing = true
 		}
+		l.suspectMax = l.suspectLength(per)
 	}
 	// Calm: what it holds stopped growing, or its arrivals did not exceed
 	// its completions over the last rateWindows windows together. Not
@@ -185,6 +196,8 @@ func (l *Limiter) whileSuspect(win window) {
 	l.suspect.Store(false)
 	l.overloaded.Store(true)
 	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
+	l.following = false
+	l.startJudging()
 	l.releaseSuspect(false)
 }
 
