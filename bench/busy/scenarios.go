@@ -440,7 +440,11 @@ func (h *Harness) overload(ctx context.Context, cpu bool) error {
 		slices = append(slices, func() {
 			fmt.Fprintf(h.Out, "%.1fx: ", fct)
 			h.sliceTable(stacks, sl, p.OverSlice, p.OverFor, "success, goodput / capacity and p99 of successes", func(x Slice) string {
-				return fmt.Sprintf("%s, %s, %s", pct(x.Success), ratio(x.Goodput, capacity), ms(x.P99OK))
+				p99 := "-" // no success
+				if x.P99OK > 0 {
+					p99 = ms(x.P99OK)
+				}
+				return fmt.Sprintf("%s, %s, %s", pct(x.Success), ratio(x.Goodput, capacity), p99)
 			})
 		})
 	}
