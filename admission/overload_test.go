@@ -135,6 +135,16 @@ func TestIgnoredStartsNoOverload(t *testing.T) {
 	}
 }
 
+// slowWhen is a service time of 10 ms, 50 ms while *slow.
+func slowWhen(slow *bool) func(*rand.Rand) time.Duration {
+	return func(*rand.Rand) time.Duration {
+		if *slow {
+			return 50 * time.Millisecond
+		}
+		return 10 * time.Millisecond
+	}
+}
+
 // A server that becomes several times slower (not queued) under open-loop
 // load keeps its workers busy: the base follows its latency without a
 // queue while it is overloaded (up to 8 times the base of before), so
@@ -142,12 +152,7 @@ func TestIgnoredStartsNoOverload(t *testing.T) {
 func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
 	s := newSim(t, Config{}, 4, 10*time.Millisecond, 10) // 400/s, then 80/s
 	slow := false
-	s.service = func(*rand.Rand) time.Duration {
-		if slow {
-			return 50 * time.Millisecond
-		}
-		return 10 * time.Millisecond
-	}
+	s.service = slowWhen(&slow)
 	s.open(240, 0, 4*time.Second, 500*time.Millisecond)
 	s.run(time.Second)
 	slow = true
@@ -181,12 +186,7 @@ func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
 func TestSlowerWhileOverloadedFollows(t *testing.T) {
 	s := newSim(t, Config{}, 4, 10*time.Millisecond, 11) // 400/s, then 80/s
 	slow := false
-	s.service = func(*rand.Rand) time.Duration {
-		if slow {
-			return 50 * time.Millisecond
-		}
-		return 10 * time.Millisecond
-	}
+	s.service = slowWhen(&slow)
 	s.open(200, 0, time.Second, time.Second)
 	s.open(800, time.Second, 4*time.Second, time.Second)
 	s.open(200, 4*time.Second, 5*time.Second, time.Second)
