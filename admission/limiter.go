@@ -246,10 +246,12 @@ func (c *Config) resolve() error {
 // and admits it when expected <= base + Target x share of its class,
 // where base is the lowest mean latency of successful requests over the
 // last 128 windows before the overload (followed up to 8 times while
-// overloaded, for a server that became slower rather than queued), and,
-// when the request has a deadline, expected <= its remaining time.
-// Retries go first (Class). Overload ends after 2 windows in a row in
-// which arrivals, refused ones included, did not exceed completions.
+// overloaded, for a server that became slower rather than queued: see
+// followService), and, when the request has a deadline, expected <= its
+// remaining time. Retries go first (Class). Overload ends after 2
+// windows in a row in which arrivals, refused ones included, did not
+// exceed completions (those served, while the server serves anything:
+// see whileOverloaded).
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
@@ -848,14 +850,16 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 // its chain's capacity, up to baseDrift times the base of before (11 ms
 // -> 87 ms, p99 of successes 140 ms). So the base follows only a latency
 // that stays when the queue is short. While it does not follow, the
-// thresholds are those of before, which keep the expected latency within
-// the base plus the target; once the expected latency has been within
-// them for rateWindows windows, and the least latency of those windows
-// still exceeds the base plus followMargin targets, no queue they allow
-// explains it, and the base follows the least latency, up to baseDrift
-// times the base of before (8: the slow dependency of the scenarios is 5
-// times slower). After followFor windows of following it stops, to be
-// judged again. l.mu is held.
+// thresholds are those of before, which admit a request only when its
+// expected latency is within the base plus the target; a judgement
+// takes the least latency of the requests admitted since it began (at
+// least rateWindows windows, until one of them is served). If that
+// exceeds the base plus followMargin targets, no queue those thresholds
+// allow explains it, and the base follows the least latency of the last
+// windows, up to baseDrift times the base of before (8: the slow
+// dependency of the scenarios is 5 times slower); if not, a new
+// judgement begins. After followFor windows of following it stops, to
+// be judged again. l.mu is held.
 func (l *Limiter) followService() {
 	least := int64(0)
 	for i := range min(rateWindows, l.histN) {

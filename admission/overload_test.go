@@ -182,7 +182,8 @@ func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
 // A server that becomes five times slower while overloaded keeps its
 // workers busy: the requests admitted at the thresholds of before take
 // longer than any queue those allow, and the base follows the latency.
-// Without following, it served 61/s of its 80/s.
+// Without following, it served 61/s of its 80/s; the code before the
+// judgement, which always followed, 80/s.
 func TestSlowerWhileOverloadedFollows(t *testing.T) {
 	s := newSim(t, Config{}, 4, 10*time.Millisecond, 11) // 400/s, then 80/s
 	slow := false

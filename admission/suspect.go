@@ -22,13 +22,14 @@ import (
 // calm within a window or two (its arrivals follow its completions), and
 // everyone waiting is admitted. An open loop stays above its completions:
 // after suspectWindows windows in which its completions did not grow, or
-// twice the latency it expected when it became suspect if longer (60
-// windows in all at most), or as soon as thousands wait, the server is
-// overloaded, and the waiters are
-// refused (they waited while newer requests went first: they are the
-// overload). Serving the newest first keeps the latency of
-// what is served short while the server is suspect; the handler's own
-// queue holds no more than it did at the start.
+// twice the latency that the requests in flight when it became suspect
+// expect if longer (recomputed every window as the time per completion
+// settles; 60 windows in all at most), or as soon as thousands wait, the
+// server is overloaded, and the waiters are refused (they waited while
+// newer requests went first: they are the overload). Serving the newest
+// first keeps the latency of what is served short while the server is
+// suspect; the handler's own queue holds no more than it did at the
+// start.
 const (
 	// suspectWindows is long enough for a ramp of a few hundred callers
 	// on a busy machine (ghz starts 512 in about 60 ms), and its calm:
