@@ -817,11 +817,14 @@ func completions(w window, served bool) int64 {
 // 150-600 ms, and a throttle below that called its target down). A
 // server that served nothing lately (a hang below it, whose requests
 // all end at their deadlines) has no served rate to compare with: it is
-// calm by all its completions, as before.
+// calm by all its completions, as before. Nor does one that refused
+// nothing lately: it admits every arrival, so a wave of requests its
+// callers left is no excess it hides, and a steady share of them (40 %
+// cancelled) kept an overload from ever ending by what was served.
 func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.overSince++
 	l.followService()
-	served := l.servedLately()
+	served := l.servedLately() && l.refusedLately()
 	if calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served) {
 		l.calmRun++
 	} else {
@@ -834,6 +837,17 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	if !l.probing && l.overSince%probeEvery == 0 {
 		l.startProbe(at)
 	}
+}
+
+// refusedLately reports whether the server refused a request in the
+// last rateWindows windows. l.mu is held.
+func (l *Limiter) refusedLately() bool {
+	for i := range min(rateWindows, l.histN) {
+		if l.recent(i).refused > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // followService moves the thresholds with the server's latency without a

@@ -405,3 +405,44 @@ func TestAbandonedWaveKeepsOverload(t *testing.T) {
 		t.Errorf("%d refused from 100 ms after the overload", refused)
 	}
 }
+
+// A steady share of requests whose callers leave while they run (here
+// 40 %, cancelled as they end) is no wave: once the overload ends, the
+// arrivals are below what the server completes, and it is calm. Counting
+// only what it served while overloaded (as for the wave above, 93eedd2),
+// 0.7 times its capacity stayed above 60 % of its completions: the
+// overload never ended by calm, and held every request to the thresholds
+// of an overload for good.
+func TestSteadyAbandonedShareEndsOverload(t *testing.T) {
+	const capacity = 3200.0 // 16 workers, 5 ms each
+	s := newSim(t, Config{}, 16, 5*time.Millisecond, 6)
+	s.fail = func() (bool, time.Duration) { return s.rnd.Float64() < 0.4, 5 * time.Millisecond }
+	s.abandon = true
+	s.open(0.7*capacity, 0, time.Second, time.Second)
+	s.open(2*capacity, time.Second, 2*time.Second, time.Second)
+	s.open(0.7*capacity, 2*time.Second, 4*time.Second, time.Second)
+	s.run(1500 * time.Millisecond)
+	if !s.l.Overloaded() {
+		t.Fatal("not overloaded at 2x its capacity: the test shows nothing")
+	}
+	var over time.Duration // overloaded, from 500 ms after the overload
+	for d := 2500 * time.Millisecond; d < 4*time.Second; d += time.Millisecond {
+		s.at(d, func() {
+			if s.l.Overloaded() {
+				over += time.Millisecond
+			}
+		})
+	}
+	s.run(4 * time.Second)
+	for from := time.Duration(0); from < 4*time.Second; from += 500 * time.Millisecond {
+		refused, served, p99 := s.in(from, from+500*time.Millisecond)
+		t.Logf("%v: refused %d served %d p99 %v", from, refused, served, p99)
+	}
+	if refused, _, _ := s.in(0, time.Second); refused != 0 {
+		t.Errorf("%d refused in the healthy second before", refused)
+	}
+	refused, _, _ := s.in(2500*time.Millisecond, 4*time.Second)
+	if refused != 0 || over != 0 {
+		t.Errorf("from 500 ms after the overload: %d refused, overloaded for %v of 1.5s; want none, 0s", refused, over)
+	}
+}
