@@ -306,8 +306,7 @@ type Limiter struct {
 	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes
 	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
 	least      atomic.Int64                  // the least Measured latency of the window; 0: none
-	judgeFrom  atomic.Int64                  // nanoseconds since origin: followService judges the requests admitted since
-	judgeLeast atomic.Int64                  // the least Measured latency of those; 0: none
+	judging    atomic.Pointer[judgement]     // followService's judgement; nil: none yet
 	waitingN   atomic.Int64                  // requests in the queue or about to enter it
 	rejected   [numReasons]atomic.Int64
 
@@ -635,8 +634,8 @@ func (p Permit) Release(o Outcome) {
 			l.latSum.Add(rtt)
 			l.latN.Add(1)
 			lower(&l.least, rtt)
-			if p.start >= l.judgeFrom.Load() {
-				lower(&l.judgeLeast, rtt)
+			if j := l.judging.Load(); j != nil && p.start >= j.from {
+				lower(&j.least, rtt)
 			}
 		} else if o == Failed {
 			l.failed.Add(1)
@@ -888,7 +887,7 @@ func (l *Limiter) followService() {
 			l.startJudging()
 		}
 	} else if l.judged++; l.judged >= rateWindows {
-		switch j := l.judgeLeast.Load(); {
+		switch j := l.judging.Load().leastOf(); {
 		case j > margin:
 			l.following, l.followed = true, 0
 		case j > 0:
@@ -906,8 +905,24 @@ func (l *Limiter) followService() {
 // the requests admitted from now on. l.mu is held.
 func (l *Limiter) startJudging() {
 	l.judged = 0
-	l.judgeLeast.Store(0)
-	l.judgeFrom.Store(l.now())
+	l.judging.Store(&judgement{from: l.now()})
+}
+
+// judgement is one judgement of followService: the least Measured
+// latency of the requests admitted from a time on. A new judgement is a
+// new value, so that a request released while one starts lowers the
+// judgement it belongs to, never the next one.
+type judgement struct {
+	from  int64        // nanoseconds since origin
+	least atomic.Int64 // 0: none
+}
+
+// leastOf returns j's least latency; 0 for a nil j.
+func (j *judgement) leastOf() int64 {
+	if j == nil {
+		return 0
+	}
+	return j.least.Load()
 }
 
 // endOverload ends the overload, and a probe with it. l.mu is held.
