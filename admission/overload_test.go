@@ -135,13 +135,13 @@ func TestIgnoredStartsNoOverload(t *testing.T) {
 	}
 }
 
-// slowWhen is a service time of 10 ms, 50 ms while *slow.
-func slowWhen(slow *bool) func(*rand.Rand) time.Duration {
+// slowWhen is a service time of fast, slower while *slow.
+func slowWhen(slow *bool, fast, slower time.Duration) func(*rand.Rand) time.Duration {
 	return func(*rand.Rand) time.Duration {
 		if *slow {
-			return 50 * time.Millisecond
+			return slower
 		}
-		return 10 * time.Millisecond
+		return fast
 	}
 }
 
@@ -152,7 +152,7 @@ func slowWhen(slow *bool) func(*rand.Rand) time.Duration {
 func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
 	s := newSim(t, Config{}, 4, 10*time.Millisecond, 10) // 400/s, then 80/s
 	slow := false
-	s.service = slowWhen(&slow)
+	s.service = slowWhen(&slow, 10*time.Millisecond, 50*time.Millisecond)
 	s.open(240, 0, 4*time.Second, 500*time.Millisecond)
 	s.run(time.Second)
 	slow = true
@@ -179,37 +179,59 @@ func TestSlowerServerKeepsWorkersBusy(t *testing.T) {
 	}
 }
 
-// A server that becomes five times slower while overloaded keeps its
-// workers busy: the requests admitted at the thresholds of before take
-// longer than any queue those allow, and the base follows the latency.
-// Without following, it served 61/s of its 80/s; the code before the
-// judgement, which always followed, 80/s.
+// A server that becomes slower while overloaded keeps its workers busy:
+// the requests admitted at the thresholds of before take longer than any
+// queue those allow, and the base follows the latency. Five times slower
+// (10 -> 50 ms): without following, it served 61/s of its 80/s; the code
+// before the judgement, which always followed, 80/s. Slower by less than
+// one and a half targets (4 -> 30 ms, within the base plus 1.5 x 20 ms,
+// where the judgement first drew its line): 39 % of its capacity with 4
+// workers, 45 % with 16, as its thresholds of before admitted fewer
+// requests than it had workers. 4 -> 20 and 4 -> 12 ms stay below the
+// line of the base plus one target, and need no following.
 func TestSlowerWhileOverloadedFollows(t *testing.T) {
-	s := newSim(t, Config{}, 4, 10*time.Millisecond, 11) // 400/s, then 80/s
-	slow := false
-	s.service = slowWhen(&slow)
-	s.open(200, 0, time.Second, time.Second)
-	s.open(800, time.Second, 4*time.Second, time.Second)
-	s.open(200, 4*time.Second, 5*time.Second, time.Second)
-	s.run(2 * time.Second)
-	if !s.l.Overloaded() {
-		t.Fatal("not overloaded at 2x its capacity")
-	}
-	slow = true
-	s.run(3 * time.Second)
-	slow = false
-	s.run(5 * time.Second)
-	done := 0
-	for _, r := range s.results {
-		if end := r.at + r.latency; !r.refused && !r.gone && end >= 2250*time.Millisecond && end < 3*time.Second {
-			done++
-		}
-	}
-	if rate := float64(done) / 0.75; rate < 0.85*80 {
-		t.Errorf("served %.0f/s while 5x slower and overloaded, want >= 85 %% of its 80/s", rate)
-	}
-	if refused, _, _ := s.in(4100*time.Millisecond, 5*time.Second); refused != 0 {
-		t.Errorf("%d refused from 100 ms after the overload", refused)
+	for _, tc := range []struct {
+		workers    int
+		fast, slow time.Duration
+	}{
+		{4, 10 * time.Millisecond, 50 * time.Millisecond},
+		{4, 4 * time.Millisecond, 30 * time.Millisecond},
+		{16, 4 * time.Millisecond, 30 * time.Millisecond},
+		{4, 4 * time.Millisecond, 20 * time.Millisecond},
+		{4, 4 * time.Millisecond, 12 * time.Millisecond},
+	} {
+		t.Run(fmt.Sprintf("%d workers %v to %v", tc.workers, tc.fast, tc.slow), func(t *testing.T) {
+			s := newSim(t, Config{}, tc.workers, tc.fast, 11)
+			capacity := float64(tc.workers) / tc.fast.Seconds()
+			slowCapacity := float64(tc.workers) / tc.slow.Seconds()
+			slow := false
+			s.service = slowWhen(&slow, tc.fast, tc.slow)
+			s.open(0.5*capacity, 0, time.Second, time.Second)
+			s.open(2*capacity, time.Second, 4*time.Second, time.Second)
+			s.open(0.5*capacity, 4*time.Second, 5*time.Second, time.Second)
+			s.run(2 * time.Second)
+			if !s.l.Overloaded() {
+				t.Fatal("not overloaded at 2x its capacity")
+			}
+			slow = true
+			s.run(3 * time.Second)
+			slow = false
+			s.run(5 * time.Second)
+			done := 0
+			for _, r := range s.results {
+				if end := r.at + r.latency; !r.refused && !r.gone && end >= 2250*time.Millisecond && end < 3*time.Second {
+					done++
+				}
+			}
+			rate := float64(done) / 0.75
+			t.Logf("served %.0f/s while slower (%.0f %% of %.0f/s)", rate, 100*rate/slowCapacity, slowCapacity)
+			if rate < 0.85*slowCapacity {
+				t.Errorf("served %.0f/s while slower and overloaded, want >= 85 %% of its %.0f/s", rate, slowCapacity)
+			}
+			if refused, _, _ := s.in(4100*time.Millisecond, 5*time.Second); refused != 0 {
+				t.Errorf("%d refused from 100 ms after the overload", refused)
+			}
+		})
 	}
 }
 
