@@ -52,9 +52,14 @@ func testParams(t *testing.T) Params {
 		ReplicaSlice:    500 * time.Millisecond,
 		ReplicaStacks:   []string{baseline, "recommended-health"},
 
-		Pool:              Work{Workers: 2, Hold: 5 * time.Millisecond},
-		PoolCallers:       []int{4},
-		OverFactors:       []float64{2},
+		Pool:        Work{Workers: 2, Hold: 5 * time.Millisecond},
+		PoolCallers: []int{4},
+		// Four times, not two: the capacity is measured in half a
+		// second, and with other packages' tests on the 2 cores it read
+		// 164 ok/s of the pool's 400/s; "2x" (328/s) was then no
+		// overload, all of it was served, and nothing was shed (4 of 4
+		// runs beside the interceptor tests; at 4x, 3 of 3 pass).
+		OverFactors:       []float64{4},
 		OverFor:           time.Second,
 		OverAfter:         500 * time.Millisecond,
 		OverDeadline:      time.Second,
@@ -255,13 +260,14 @@ func TestScenarioOverload(t *testing.T) {
 		}
 	}
 	checkTables(t, out, 3) // capacity, the factors, the slices of one
-	// Open-loop arrivals at twice the capacity: admission control refuses.
+	// Open-loop arrivals at four times the capacity: admission control
+	// refuses.
 	for name, runs := range cases {
 		if strings.HasPrefix(name, "overload capacity") {
 			continue
 		}
 		if f := only(t, runs, "recommended"); f.Admission == 0 {
-			t.Errorf("%s, recommended: nothing shed at twice the capacity", name)
+			t.Errorf("%s, recommended: nothing shed at four times the capacity (%+v)\n%s", name, f, out)
 		}
 	}
 }
