@@ -12,6 +12,9 @@ import (
 // incidents writes the tables of issue 13's incidents: success and calls
 // at payment per user request, slice by slice, one column per stack.
 func incidents(w io.Writer, stacks []bench.Stack, seed uint64, only *regexp.Regexp) error {
+	if len(stacks) == 0 {
+		return nil // -stacks matched none of them: no columns
+	}
 	ip := bench.DefaultIncidentParams
 	for _, sc := range []struct {
 		name, title string
