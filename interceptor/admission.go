@@ -142,7 +142,11 @@ func (g *admissionGuard) limiter() *admission.Limiter { return (*admission.Limit
 // included) a completion only, since fast failures would make the latency
 // look shorter than it is, and a failure after the caller left (its
 // deadline ran out, or it cancelled) is abandoned: it ended, but the
-// server served nothing (see admission.Abandoned).
+// server served nothing (see admission.Abandoned). So is a
+// DeadlineExceeded while the caller waits: a call of the handler's timed
+// out (a slow or hung dependency), which is no fast failure: read as
+// one, a middle tier took its calls' timeouts for a failing dependency
+// and let in every request it held at once.
 func (g *admissionGuard) done(_ *server, sc *stateCtx, err error) {
 	p := sc.st.permit
 	sc.st.permit = admission.Permit{}
@@ -151,7 +155,7 @@ func (g *admissionGuard) done(_ *server, sc *stateCtx, err error) {
 		p.Release(admission.Measured)
 	case err == errNotRun:
 		p.Release(admission.Ignored)
-	case sc.Err() != nil:
+	case sc.Err() != nil || status.Code(err) == codes.DeadlineExceeded:
 		p.Release(admission.Abandoned)
 	default:
 		p.Release(admission.Failed)
