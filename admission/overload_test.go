@@ -206,9 +206,7 @@ func TestSlowerWhileOverloadedFollows(t *testing.T) {
 			slowCapacity := float64(tc.workers) / tc.slow.Seconds()
 			slow := false
 			s.service = slowWhen(&slow, tc.fast, tc.slow)
-			s.open(0.5*capacity, 0, time.Second, time.Second)
-			s.open(2*capacity, time.Second, 4*time.Second, time.Second)
-			s.open(0.5*capacity, 4*time.Second, 5*time.Second, time.Second)
+			s.excess(capacity, 0.5, time.Second, 4*time.Second, 5*time.Second)
 			s.run(2 * time.Second)
 			if !s.l.Overloaded() {
 				t.Fatal("not overloaded at 2x its capacity")
@@ -440,9 +438,7 @@ func TestSteadyAbandonedShareEndsOverload(t *testing.T) {
 	s := newSim(t, Config{}, 16, 5*time.Millisecond, 6)
 	s.fail = func() (bool, time.Duration) { return s.rnd.Float64() < 0.4, 5 * time.Millisecond }
 	s.abandon = true
-	s.open(0.7*capacity, 0, time.Second, time.Second)
-	s.open(2*capacity, time.Second, 2*time.Second, time.Second)
-	s.open(0.7*capacity, 2*time.Second, 4*time.Second, time.Second)
+	s.excess(capacity, 0.7, time.Second, 2*time.Second, 4*time.Second)
 	s.run(1500 * time.Millisecond)
 	if !s.l.Overloaded() {
 		t.Fatal("not overloaded at 2x its capacity: the test shows nothing")

@@ -320,6 +320,15 @@ func (s *sim) open(rate float64, start, end time.Duration, deadline time.Duratio
 	s.at(start, next)
 }
 
+// excess sends open-loop arrivals at share x capacity until from, at
+// twice the capacity until to, and at share x capacity again until end,
+// each request with a deadline of a second.
+func (s *sim) excess(capacity, share float64, from, to, end time.Duration) {
+	s.open(share*capacity, 0, from, time.Second)
+	s.open(2*capacity, from, to, time.Second)
+	s.open(share*capacity, to, end, time.Second)
+}
+
 func (s *sim) class() Class {
 	if s.classOf == nil {
 		return ClassFirst
