@@ -603,7 +603,10 @@ const (
 	// look shorter than it is.
 	Failed
 	// Abandoned: the request ended because its caller left while it ran
-	// (its deadline ran out, or it cancelled). It counts as a completion
+	// (its deadline ran out, or it cancelled), or because a call it made
+	// ran out of time (the server interceptor releases a handler's
+	// DeadlineExceeded so: a dependency that hangs or is slow serves
+	// nothing, and fails nothing fast). It counts as a completion
 	// for the rates, as Failed does, but the server served nothing: a
 	// server whose requests all end at their callers' deadlines (a hang
 	// below it) is neither failing fast nor calm, however many end. Read
