@@ -332,6 +332,7 @@ type Limiter struct {
 	overSince  int64 // windows since the overload started
 	following  bool  // the base follows the server's latency (followService)
 	followed   int64 // windows it has followed
+	followTo   int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
 	judged     int64 // windows since the judgement started
 	probing    bool
 	probeMid   int64 // offered arrivals at the probe's half-way point
@@ -878,7 +879,11 @@ func (l *Limiter) refusedLately() bool {
 // least rateWindows windows, until one of them is served). If that
 // exceeds the base plus followMargin targets, no queue those thresholds
 // allow explains it, and the base follows the least latency of the last
-// windows, up to baseDrift times the base of before (8: the slow
+// windows, up to the least latency the judgement saw (what the server
+// takes without the queue that following adds: at a gateway in front of
+// a saturated pool, a base that followed on up drifted while it
+// followed, p99 of successes ~100 ms in busy's overload at 8x, 60-70 ms
+// with the bound) and baseDrift times the base of before (8: the slow
 // dependency of the scenarios is 5 times slower); if not, a new
 // judgement begins. After followFor windows of following it stops, to
 // be judged again. l.mu is held.
@@ -898,14 +903,14 @@ func (l *Limiter) followService() {
 	} else if l.judged++; l.judged >= rateWindows {
 		switch j := l.judging.Load().leastOf(); {
 		case j > margin:
-			l.following, l.followed = true, 0
+			l.following, l.followed, l.followTo = true, 0, j
 		case j > 0:
 			l.startJudging()
 		}
 	}
 	base := l.base
 	if l.following && least > base {
-		base = min(least, baseDrift*l.base)
+		base = min(least, l.followTo, baseDrift*l.base)
 	}
 	l.publishThresholds(base)
 }
