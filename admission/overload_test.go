@@ -430,9 +430,9 @@ func TestAbandonedWaveKeepsOverload(t *testing.T) {
 // 40 %, cancelled as they end) is no wave: once the overload ends, the
 // arrivals are below what the server completes, and it is calm. Counting
 // only what it served while overloaded (as for the wave above, 93eedd2),
-// 0.7 times its capacity stayed above 60 % of its completions: the
-// overload never ended by calm, and held every request to the thresholds
-// of an overload for good.
+// the arrivals, as many as the completions, stayed above the 60 % of
+// them that were served: the overload never ended by calm, and held
+// every request to the thresholds of an overload for good.
 func TestSteadyAbandonedShareEndsOverload(t *testing.T) {
 	const capacity = 3200.0 // 16 workers, 5 ms each
 	s := newSim(t, Config{}, 16, 5*time.Millisecond, 6)

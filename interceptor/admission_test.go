@@ -240,8 +240,8 @@ func TestAdmissionReleases(t *testing.T) {
 // returns DeadlineExceeded while its caller waits (a call below it timed
 // out) is abandoned too: a middle tier whose calls to a slow dependency
 // time out serves nothing, and read as failing fast it let in at once
-// every request it held (bench scenarios, slow dependency: 4 of 12 runs
-// served 27-38 % of payment's capacity, with every request it held
+// every request it held (bench scenarios, slow dependency: 3 of 6 runs
+// served 28-38 % of payment's capacity, with every request it held
 // released into payment's queue in bursts).
 func TestAdmissionAbandoned(t *testing.T) {
 	i := mustNew(t, WithAdmission(admission.Config{}))
