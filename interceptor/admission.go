@@ -140,9 +140,13 @@ func (g *admissionGuard) limiter() *admission.Limiter { return (*admission.Limit
 // done releases a unary call's slot when its handler returned err: a
 // success is a sample of the server's latency, a failure (a panic
 // included) a completion only, since fast failures would make the latency
-// look shorter than it is, and a failure after the caller left (its
-// deadline ran out, or it cancelled) is abandoned: it ended, but the
-// server served nothing (see admission.Abandoned). So is a
+// look shorter than it is, and an answer after the caller left (its
+// deadline ran out, or it cancelled), success or not, is abandoned: it
+// ended, but the server served no one (see admission.Abandoned). A
+// handler whose queue ignores cancellation (a FIFO pool) answers its
+// callers' requests after they timed out; read as successes, its slow
+// answers made it look busy but useful, and the limiter kept the queue
+// its callers gave up on. So is a
 // DeadlineExceeded while the caller waits: a call of the handler's timed
 // out (a slow or hung dependency), which is no fast failure: read as
 // one, a middle tier took its calls' timeouts for a failing dependency
@@ -151,12 +155,12 @@ func (g *admissionGuard) done(_ *server, sc *stateCtx, err error) {
 	p := sc.st.permit
 	sc.st.permit = admission.Permit{}
 	switch {
-	case err == nil:
-		p.Release(admission.Measured)
 	case err == errNotRun:
 		p.Release(admission.Ignored)
 	case sc.Err() != nil || status.Code(err) == codes.DeadlineExceeded:
 		p.Release(admission.Abandoned)
+	case err == nil:
+		p.Release(admission.Measured)
 	default:
 		p.Release(admission.Failed)
 	}

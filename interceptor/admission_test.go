@@ -267,8 +267,15 @@ func TestAdmissionAbandoned(t *testing.T) {
 	}); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("call whose call below timed out: %v, want DeadlineExceeded", err)
 	}
-	if st := i.Admission().Stats(); st.Abandoned != 2 || st.InFlight != 0 {
-		t.Fatalf("stats %+v: want 2 abandoned, none in flight", st)
+	late, cancelLate := context.WithCancel(ctxTimeout(t, time.Minute))
+	if _, err := h(late, nil, info, func(context.Context, any) (any, error) {
+		cancelLate() // the caller left; the handler answers anyway
+		return nil, nil
+	}); err != nil {
+		t.Fatalf("call answered after its caller left: %v", err)
+	}
+	if st := i.Admission().Stats(); st.Abandoned != 3 || st.InFlight != 0 {
+		t.Fatalf("stats %+v: want 3 abandoned, none in flight", st)
 	}
 }
 
