@@ -309,7 +309,7 @@ type Limiter struct {
 	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
 	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	baseNow    atomic.Int64                  // nanoseconds: the base the thresholds use
-	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes
+	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
 	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
 	least      atomic.Int64                  // the least Measured latency of the window; 0: none
 	judging    atomic.Pointer[judgement]     // followService's judgement; never nil
@@ -342,7 +342,7 @@ type Limiter struct {
 	suspectAll int64                  // windows since the server became suspect
 	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
 	suspectIn  int64                  // in flight when it became suspect
-	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
+	held       [flatWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -700,6 +700,11 @@ func (l *Limiter) roll(at int64) {
 	if d.latN >= minSamples {
 		win.mean = d.latSum / d.latN
 		l.lastMean.Store(win.mean)
+	} else if win.least > l.lastMean.Load() {
+		// Too few successes for a mean, but even the fastest of them
+		// took longer: the mean of before is stale (a server that became
+		// slower completes few).
+		l.lastMean.Store(win.least)
 	}
 	l.hist[l.histAt] = win
 	l.histAt = (l.histAt + 1) % historyWindows
@@ -753,7 +758,7 @@ func (l *Limiter) whileNot(win window) {
 		l.base = base
 		l.setThresholds()
 	}
-	if !calm(window{arrived: win.arrived, done: win.done}) {
+	if l.growing(win) {
 		l.growthRun++
 	} else {
 		l.growthRun = 0
@@ -777,6 +782,25 @@ func (l *Limiter) whileNot(win window) {
 		return
 	}
 	l.becomeSuspect(win, per)
+}
+
+// growing reports whether the arrivals exceed the completions in win,
+// or, while a growth runs, in the windows since it began: a server that
+// became slower completes nothing in its first window and then the
+// requests that waited, and each of the two windows alone can look calm
+// (a slow dependency at 240/s: suspect only at 31 in flight instead of
+// 17). l.mu is held; win is l.recent(0).
+func (l *Limiter) growing(win window) bool {
+	sum := window{arrived: win.arrived, done: win.done}
+	if !calm(sum) {
+		return true
+	}
+	for i := 1; i <= l.growthRun && i < l.histN; i++ {
+		w := l.recent(i)
+		sum.arrived += w.arrived
+		sum.done += w.done
+	}
+	return l.growthRun > 0 && !calm(sum)
 }
 
 // calm reports whether the window's arrivals, refused ones included, did

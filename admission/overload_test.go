@@ -464,3 +464,96 @@ func TestSteadyAbandonedShareEndsOverload(t *testing.T) {
 		t.Errorf("from 500 ms after the overload: %d refused, overloaded for %v of 1.5s; want none, 0s", refused, over)
 	}
 }
+
+// A pool that serves what it admitted even after the caller left (four
+// workers, a FIFO queue that ignores cancellation, 10 ms per request),
+// loaded at 240/s by callers that wait 150 ms (the per-attempt timeout
+// of the tier above), becomes five times slower for a second (80/s).
+// While suspect, the server keeps at most the concurrency it had when it
+// became suspect; when that is more than the slower pool serves within
+// its callers' wait, every request it admits is served after its caller
+// left (released Abandoned, as the interceptor does), and the pool
+// serves no one in time until the slowdown ends. The cap gives up the
+// slots that served no one.
+func TestSuspectCapGivesUpAbandonedSlots(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
+		s := newSim(t, Config{}, 4, 10*time.Millisecond, seed)
+		s.late = true
+		s.service = func(*rand.Rand) time.Duration {
+			if s.el >= time.Second && s.el < 2*time.Second {
+				return 50 * time.Millisecond
+			}
+			return 10 * time.Millisecond
+		}
+		s.open(240, 0, 3*time.Second, 150*time.Millisecond)
+		s.run(3500 * time.Millisecond)
+		inTime := 0
+		for _, r := range s.results {
+			if r.at >= 1200*time.Millisecond && r.at < 2*time.Second && !r.refused && !r.gone && r.latency < 150*time.Millisecond {
+				inTime++
+			}
+		}
+		// 80/s for the 800 ms from 1.2 s (its requests are served by 2.05 s).
+		t.Logf("seed %d: served in time %d of the slow pool's 64", seed, inTime)
+		if inTime < 44 {
+			t.Errorf("seed %d: served in time %d of the slow pool's 64, want at least 44", seed, inTime)
+		}
+	}
+}
+
+// A gateway in front of a pool that became five times slower (80/s for
+// 240/s) is suspect, and then its calls below time out (the pool's queue
+// grew past its callers' wait), a few failing fast (a throttle below
+// refuses them): windows that served no one, most of their completions
+// Abandoned, some Failed. That is a server whose callers give up, not one
+// that fails: it must not let in everything it holds at once. It did
+// when one window's completions were all unsuccessful (all six seeds),
+// and when what it held looked flat over two windows by chance (two of
+// six), and sent a hundred held requests into the queue the others had
+// timed out in.
+func TestSuspectHoldsWhenCallsBelowTimeOut(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3, 4, 5, 6} {
+		s := newSim(t, Config{}, 4, 10*time.Millisecond, seed)
+		s.service = func(*rand.Rand) time.Duration {
+			if s.el >= time.Second {
+				return 50 * time.Millisecond
+			}
+			return 10 * time.Millisecond
+		}
+		s.fail = func() (bool, time.Duration) {
+			switch {
+			case s.el < 1200*time.Millisecond:
+				return false, 0
+			case s.rnd.Float64() < 0.05:
+				return true, 2 * time.Millisecond // refused below at once
+			}
+			return true, 50 * time.Millisecond // its call below timed out
+		}
+		s.failAs = func(took time.Duration) Outcome {
+			if took < 50*time.Millisecond {
+				return Failed
+			}
+			return Abandoned
+		}
+		s.open(240, 0, 2*time.Second, time.Second)
+		suspectAt, most := 0, 0
+		for d := time.Second; d < 2*time.Second; d += time.Millisecond {
+			s.at(d, func() {
+				if suspectAt == 0 && s.l.suspect.Load() {
+					suspectAt = int(s.l.suspectCap.Load())
+				}
+				if s.el >= 1200*time.Millisecond {
+					most = max(most, s.busy+len(s.queue))
+				}
+			})
+		}
+		s.run(3 * time.Second)
+		t.Logf("seed %d: cap %d when suspect, most in flight %d", seed, suspectAt, most)
+		if suspectAt == 0 {
+			t.Fatalf("seed %d: never suspect: the test tests nothing", seed)
+		}
+		if most > 2*suspectAt {
+			t.Errorf("seed %d: %d in flight at once, more than twice the cap of %d when suspect: it let in what it held", seed, most, suspectAt)
+		}
+	}
+}

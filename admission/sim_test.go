@@ -44,6 +44,12 @@ type sim struct {
 	// abandon: a failing request is released Abandoned (its caller's
 	// deadline ended it), not Failed.
 	abandon bool
+	// failAs, when set, gives the outcome of each failing request
+	// instead (Failed or Abandoned), by the time it took to fail.
+	failAs func(took time.Duration) Outcome
+	// late: a request served after its caller's deadline is released
+	// Abandoned, as the interceptor does (its caller had left).
+	late bool
 	// classOf, when set, gives the class of each new request.
 	classOf func() Class
 }
@@ -54,6 +60,8 @@ type simReq struct {
 	caller  int // closed loop: the caller; -1 for open loop
 	class   Class
 	fail    bool
+	took    time.Duration // its service time
+	dl      time.Time     // its caller's deadline; zero: none
 }
 
 type heldReq struct {
@@ -162,7 +170,7 @@ func (s *sim) release() {
 				s.results = append(s.results, simResult{at: r.arrived, refused: true, class: r.class})
 				s.answered(r.caller)
 			} else if settled {
-				s.admitted(p, r.caller, r.class, r.arrived)
+				s.admitted(p, r.caller, r.class, r.arrived, r.deadline)
 			} else {
 				s.decide(r.caller, r.class, r.deadline, r.arrived)
 			}
@@ -236,12 +244,13 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 		s.answered(caller)
 		return
 	}
-	s.admitted(p, caller, class, arrived)
+	s.admitted(p, caller, class, arrived, dl)
 }
 
-// admitted starts the service of a request admitted with p.
-func (s *sim) admitted(p Permit, caller int, class Class, arrived time.Duration) {
-	r := &simReq{arrived: arrived, permit: p, caller: caller, class: class}
+// admitted starts the service of a request admitted with p, whose caller
+// waits until dl (zero: no deadline).
+func (s *sim) admitted(p Permit, caller int, class Class, arrived time.Duration, dl time.Time) {
+	r := &simReq{arrived: arrived, permit: p, caller: caller, class: class, dl: dl}
 	if s.busy < s.workers {
 		s.start(r)
 	} else {
@@ -257,13 +266,18 @@ func (s *sim) start(r *simReq) {
 			r.fail, d = true, fd
 		}
 	}
+	r.took = d
 	s.at(s.el+d, func() {
 		s.busy--
 		switch {
+		case r.fail && s.failAs != nil:
+			r.permit.Release(s.failAs(r.took))
 		case r.fail && s.abandon:
 			r.permit.Release(Abandoned)
 		case r.fail:
 			r.permit.Release(Failed)
+		case s.late && !r.dl.IsZero() && !s.clk.Now().Before(r.dl):
+			r.permit.Release(Abandoned)
 		default:
 			r.permit.Release(Measured)
 		}

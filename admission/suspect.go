@@ -43,6 +43,9 @@ const (
 	maxSuspectQueue = 4096
 	// minSuspectCap is the least concurrency a suspect server keeps.
 	minSuspectCap = 4
+	// flatWindows windows in which what a suspect server holds did not
+	// grow make it calm (see heldFlat).
+	flatWindows = rateWindows
 	// suspectMaxWindows bounds the wait for a server whose expected
 	// latency is long (and the estimate when completions lag the
 	// arrivals most, at the start), and for one whose completions still
@@ -79,7 +82,7 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.suspectFor, l.suspectAll, l.suspectIn = 0, 0, win.inflight
 	l.suspectMax = l.suspectLength(per)
 	l.calmRun = 0
-	l.held = [calmWindows + 1]int64{}
+	l.held = [flatWindows + 1]int64{}
 	l.suspect.Store(true)
 }
 
@@ -94,17 +97,19 @@ func (l *Limiter) suspectLength(per int64) int64 {
 
 // heldFlat records what the server holds at the end of a suspect window
 // (in flight and waiting) and reports whether it grew by no more than
-// growthMargin over the last calmWindows windows. A closed loop holds
+// growthMargin over the last flatWindows windows. A closed loop holds
 // its callers, no more: once its ramp is over, what it holds stays put,
 // however bursty its completions, while an open loop's grows by its
-// excess every window. l.mu is held.
+// excess every window. (Over two windows, an open loop at three times
+// its server's rate, 240/s for 80/s, looked flat by chance often enough
+// to let in what it held.) l.mu is held.
 func (l *Limiter) heldFlat(inflight int64) bool {
 	l.sq.mu.Lock()
 	held := inflight + int64(len(l.sq.waiters))
 	l.sq.mu.Unlock()
 	copy(l.held[:], l.held[1:])
-	l.held[calmWindows] = held
-	return l.suspectAll >= calmWindows && held <= l.held[0]+growthMargin
+	l.held[flatWindows] = held
+	return l.suspectAll >= flatWindows && held <= l.held[0]+growthMargin
 }
 
 // servedLately reports whether the server completed a request (served
@@ -117,6 +122,27 @@ func (l *Limiter) servedLately() bool {
 		}
 	}
 	return false
+}
+
+// failingLately reports whether the server's completions of the last
+// rateWindows windows were failures, more of them than requests its
+// callers left, and not one a success: a server that fails, rather than
+// one whose callers give up on it. A gateway whose calls below time out
+// sees most of its requests end Abandoned, and a few fail fast (a
+// throttle below refused them); read as failing, it let everything it
+// held in at once, into the queue its callers had given up on. l.mu is
+// held.
+func (l *Limiter) failingLately() bool {
+	var failed, abandoned int64
+	for i := range min(rateWindows, l.histN) {
+		w := l.recent(i)
+		if w.least > 0 {
+			return false
+		}
+		failed += w.done - w.abandoned
+		abandoned += w.abandoned
+	}
+	return failed > abandoned
 }
 
 // throughputNeed is the concurrency the server's throughput needs, with
@@ -152,6 +178,13 @@ func (l *Limiter) whileSuspect(win window) {
 			growing = true
 		}
 		l.suspectMax = l.suspectLength(per)
+		// Completions whose callers had left: those slots served no one,
+		// and the server holds more than it can serve in time. The cap
+		// gives them up, down to what the throughput needs.
+		if win.abandoned > 0 && !growing {
+			c := max(l.suspectCap.Load()-win.abandoned, l.throughputNeed(per))
+			l.suspectCap.Store(min(c, l.suspectCap.Load()))
+		}
 	}
 	// Calm: what it holds stopped growing, or its arrivals did not exceed
 	// its completions over the last rateWindows windows together. Not
@@ -169,10 +202,10 @@ func (l *Limiter) whileSuspect(win window) {
 	} else {
 		l.calmRun = 0
 	}
-	// A window whose completions all failed: the server is failing, not
-	// busy (see whileNot), and its waiters go in at once. (Not a window
-	// without completions: a slow server has those.)
-	failing := win.done > win.abandoned && win.least == 0
+	// Windows whose completions all failed: the server is failing, not
+	// busy (see whileNot and failingLately), and its waiters go in at
+	// once. (Not a window without completions: a slow server has those.)
+	failing := win.done > win.abandoned && win.least == 0 && l.failingLately()
 	if l.calmRun >= calmWindows || failing {
 		l.suspect.Store(false)
 		l.growthRun, l.calmRun = 0, 0
