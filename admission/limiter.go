@@ -296,6 +296,7 @@ type Limiter struct {
 	_         [40]byte
 	failed    atomic.Int64 // Failed completions, since New
 	abandoned atomic.Int64 // Abandoned requests, since New
+	wasted    atomic.Int64 // of those, the ones that held their slot at least the base latency
 	servedAt  atomic.Int64 // nanoseconds since origin at the last Measured or Failed release
 	refused   atomic.Int64 // refused by the overload and deadline rules, since New
 	entered   atomic.Int64 // requests that waited while the server was suspect, since New
@@ -342,7 +343,7 @@ type Limiter struct {
 	suspectAll int64                  // windows since the server became suspect
 	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
 	suspectIn  int64                  // in flight when it became suspect
-	held       [flatWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
+	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -350,13 +351,13 @@ type Limiter struct {
 // server was suspect (those admitted from the queue later are not
 // arrivals again).
 type snapshot struct {
-	arrived, refused, done, latSum, latN, gone, abandoned int64
+	arrived, refused, done, latSum, latN, gone, abandoned, wasted int64
 }
 
 func (l *Limiter) counters() snapshot {
 	n, f, a := l.latN.Load(), l.failed.Load(), l.abandoned.Load()
 	admitted := l.inflight.Load() + n + f + a
-	return snapshot{admitted - l.fromQueue.Load() + l.entered.Load(), l.refused.Load(), n + f + a, l.latSum.Load(), n, l.gone.Load(), a}
+	return snapshot{admitted - l.fromQueue.Load() + l.entered.Load(), l.refused.Load(), n + f + a, l.latSum.Load(), n, l.gone.Load(), a, l.wasted.Load()}
 }
 
 // window is what one window saw.
@@ -365,6 +366,7 @@ type window struct {
 	arrived, refused, done int64
 	gone                   int64 // waited while suspect, and its caller left
 	abandoned              int64 // of done, Abandoned
+	wasted                 int64 // of abandoned, those that held their slot at least the base latency
 	mean                   int64 // of Measured latencies; 0 with fewer than minSamples
 	least                  int64 // the least Measured latency; 0: none
 	inflight               int64 // at its end
@@ -605,9 +607,10 @@ const (
 	// look shorter than it is.
 	Failed
 	// Abandoned: the request ended because its caller left while it ran
-	// (its deadline ran out, or it cancelled), or because a call it made
-	// ran out of time (the server interceptor releases a handler's
-	// DeadlineExceeded so: a dependency that hangs or is slow serves
+	// (its deadline ran out, or it cancelled; the server interceptor
+	// releases so an answer that came after that, success or not), or
+	// because a call it made ran out of time (a handler's
+	// DeadlineExceeded: a dependency that hangs or is slow serves
 	// nothing, and fails nothing fast). It counts as a completion
 	// for the rates, as Failed does, but the server served nothing: a
 	// server whose requests all end at their callers' deadlines (a hang
@@ -635,11 +638,14 @@ func (p Permit) Release(o Outcome) {
 	// a request whose caller left while it waited, adds no work to
 	// compare). Abandoned: a completion that served nothing.
 	l.inflight.Add(-1)
-	if o == Abandoned {
-		l.abandoned.Add(1)
-	}
 	if o == Measured || o == Failed || o == Abandoned {
 		at := l.now()
+		if o == Abandoned {
+			l.abandoned.Add(1)
+			if at-p.start >= l.baseNow.Load() {
+				l.wasted.Add(1) // a slot a service time long, for no one
+			}
+		}
 		if o == Measured {
 			rtt := max(at-p.start, 0)
 			l.latSum.Add(rtt)
@@ -689,18 +695,18 @@ func (l *Limiter) roll(at int64) {
 	}
 	cur := l.counters()
 	d := snapshot{cur.arrived - l.last.arrived, cur.refused - l.last.refused, cur.done - l.last.done,
-		cur.latSum - l.last.latSum, cur.latN - l.last.latN, cur.gone - l.last.gone, cur.abandoned - l.last.abandoned}
+		cur.latSum - l.last.latSum, cur.latN - l.last.latN, cur.gone - l.last.gone, cur.abandoned - l.last.abandoned, cur.wasted - l.last.wasted}
 	dur := at - l.winStart
 	if d.arrived+d.refused+d.done < minEvents && dur < maxWindows*w {
 		l.winEnd.Store(at + w/2)
 		return
 	}
-	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done, gone: d.gone, abandoned: d.abandoned,
+	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done, gone: d.gone, abandoned: d.abandoned, wasted: d.wasted,
 		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0)}
 	if d.latN >= minSamples {
 		win.mean = d.latSum / d.latN
 		l.lastMean.Store(win.mean)
-	} else if win.least > l.lastMean.Load() {
+	} else if last := l.lastMean.Load(); last > 0 && win.least > last {
 		// Too few successes for a mean, but even the fastest of them
 		// took longer: the mean of before is stale (a server that became
 		// slower completes few).

@@ -43,9 +43,6 @@ const (
 	maxSuspectQueue = 4096
 	// minSuspectCap is the least concurrency a suspect server keeps.
 	minSuspectCap = 4
-	// flatWindows windows in which what a suspect server holds did not
-	// grow make it calm (see heldFlat).
-	flatWindows = rateWindows
 	// suspectMaxWindows bounds the wait for a server whose expected
 	// latency is long (and the estimate when completions lag the
 	// arrivals most, at the start), and for one whose completions still
@@ -82,7 +79,7 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.suspectFor, l.suspectAll, l.suspectIn = 0, 0, win.inflight
 	l.suspectMax = l.suspectLength(per)
 	l.calmRun = 0
-	l.held = [flatWindows + 1]int64{}
+	l.held = [calmWindows + 1]int64{}
 	l.suspect.Store(true)
 }
 
@@ -97,19 +94,17 @@ func (l *Limiter) suspectLength(per int64) int64 {
 
 // heldFlat records what the server holds at the end of a suspect window
 // (in flight and waiting) and reports whether it grew by no more than
-// growthMargin over the last flatWindows windows. A closed loop holds
+// growthMargin over the last calmWindows windows. A closed loop holds
 // its callers, no more: once its ramp is over, what it holds stays put,
 // however bursty its completions, while an open loop's grows by its
-// excess every window. (Over two windows, an open loop at three times
-// its server's rate, 240/s for 80/s, looked flat by chance often enough
-// to let in what it held.) l.mu is held.
+// excess every window. l.mu is held.
 func (l *Limiter) heldFlat(inflight int64) bool {
 	l.sq.mu.Lock()
 	held := inflight + int64(len(l.sq.waiters))
 	l.sq.mu.Unlock()
 	copy(l.held[:], l.held[1:])
-	l.held[flatWindows] = held
-	return l.suspectAll >= flatWindows && held <= l.held[0]+growthMargin
+	l.held[calmWindows] = held
+	return l.suspectAll >= calmWindows && held <= l.held[0]+growthMargin
 }
 
 // servedLately reports whether the server completed a request (served
@@ -178,12 +173,13 @@ func (l *Limiter) whileSuspect(win window) {
 			growing = true
 		}
 		l.suspectMax = l.suspectLength(per)
-		// Completions whose callers had left: those slots served no one,
-		// and the server holds more than it can serve in time. The cap
-		// gives them up, down to what the throughput needs.
-		if win.abandoned > 0 && !growing {
-			c := max(l.suspectCap.Load()-win.abandoned, l.throughputNeed(per))
-			l.suspectCap.Store(min(c, l.suspectCap.Load()))
+		// Completions whose callers had left after they held their slot
+		// for a service time: those slots served no one, and the server
+		// holds more than it can serve in time. The cap gives them up,
+		// down to what the throughput needs (not below: !growing). A
+		// caller that cancels at once (a hedge that lost) wasted no slot.
+		if win.wasted > 0 && !growing {
+			l.suspectCap.Store(max(l.suspectCap.Load()-win.wasted, l.throughputNeed(per)))
 		}
 	}
 	// Calm: what it holds stopped growing, or its arrivals did not exceed
@@ -339,7 +335,7 @@ func (l *Limiter) await(ctx context.Context, w *suspectWaiter, c Class, deadline
 // caller's deadline leaves only what serving it takes (three times the
 // base latency, or half of what was left when it began to wait if less),
 // provided the server serves in time now: the mean latency of the last
-// window fits both what is left and the overload rule's threshold for c.
+// window (or a later window's least, if longer) fits both what is left and the overload rule's threshold for c.
 // A suspect server cannot yet tell a ramp from an overload; a request of
 // a ramp that waited until it could no longer be served would be refused
 // by the wait itself, which a closed loop must never see. A server whose

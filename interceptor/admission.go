@@ -142,15 +142,15 @@ func (g *admissionGuard) limiter() *admission.Limiter { return (*admission.Limit
 // included) a completion only, since fast failures would make the latency
 // look shorter than it is, and an answer after the caller left (its
 // deadline ran out, or it cancelled), success or not, is abandoned: it
-// ended, but the server served no one (see admission.Abandoned). A
-// handler whose queue ignores cancellation (a FIFO pool) answers its
-// callers' requests after they timed out; read as successes, its slow
-// answers made it look busy but useful, and the limiter kept the queue
-// its callers gave up on. So is a
-// DeadlineExceeded while the caller waits: a call of the handler's timed
-// out (a slow or hung dependency), which is no fast failure: read as
-// one, a middle tier took its calls' timeouts for a failing dependency
-// and let in every request it held at once.
+// ended, but the server served no one (see admission.Abandoned). So is
+// a DeadlineExceeded while the caller waits: a call of the handler's
+// timed out (a slow or hung dependency), which is no fast failure: read
+// as one, a middle tier took its calls' timeouts for a failing
+// dependency and let in every request it held at once. And a handler
+// whose queue ignores cancellation (a FIFO pool) answers requests whose
+// callers timed out: read as successes, its slow answers made it look
+// busy but useful, and the limiter kept the queue its callers had given
+// up on.
 func (g *admissionGuard) done(_ *server, sc *stateCtx, err error) {
 	p := sc.st.permit
 	sc.st.permit = admission.Permit{}
