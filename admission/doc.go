@@ -36,9 +36,8 @@
 // all fail (failing, not busy), holds no one. A request that ends
 // because its caller left (Abandoned: its deadline ran out while a
 // dependency hung, or its answer came too late) is neither served nor a
-// failure: a server whose
-// requests all end that way holds what it holds instead of sending it
-// into the hang. A refused closed loop sends again
+// failure: a server whose requests all end that way holds what it holds
+// instead of sending it into the hang. A refused closed loop sends again
 // at once, so that its refused arrivals exceed its completions and it
 // looks overloaded for good; a probe tells it from an open loop (see
 // Limiter).

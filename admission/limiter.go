@@ -806,7 +806,7 @@ func (l *Limiter) growing(win window) bool {
 		sum.arrived += w.arrived
 		sum.done += w.done
 	}
-	return l.growthRun > 0 && !calm(sum)
+	return !calm(sum)
 }
 
 // calm reports whether the window's arrivals, refused ones included, did
@@ -914,10 +914,10 @@ func (l *Limiter) refusedLately() bool {
 // takes without the queue that following adds: at a gateway in front of
 // a saturated pool, a base that followed on up drifted while it
 // followed: in busy's overload at 8x, p99 of successes per second up to
-// 106 ms, 36-71 ms with the bound) and baseDrift times the base of before (8: the slow
-// dependency of the scenarios is 5 times slower); if not, a new
-// judgement begins. After followFor windows of following it stops, to
-// be judged again. l.mu is held.
+// 106 ms, 36-71 ms with the bound) and baseDrift times the base of
+// before (8: the slow dependency of the scenarios is 5 times slower);
+// if not, a new judgement begins. After followFor windows of following
+// it stops, to be judged again. l.mu is held.
 func (l *Limiter) followService() {
 	least := int64(0)
 	for i := range min(rateWindows, l.histN) {

@@ -355,7 +355,7 @@ func TestHangAdmitsNoBacklog(t *testing.T) {
 	s.fail = func() (bool, time.Duration) {
 		return s.el >= 1300*time.Millisecond || s.el >= time.Second && s.rnd.Float64() < 0.5, time.Second
 	}
-	s.abandon = true
+	s.failAs = abandoned
 	s.open(300, 0, 3*time.Second, time.Second)
 	// The most admitted requests in flight at once, from 300 ms into the
 	// hang (the server has held its arrivals for a while) until after
@@ -448,7 +448,7 @@ func TestSteadyAbandonedShareEndsOverload(t *testing.T) {
 	const capacity = 3200.0 // 16 workers, 5 ms each
 	s := newSim(t, Config{}, 16, 5*time.Millisecond, 6)
 	s.fail = func() (bool, time.Duration) { return s.rnd.Float64() < 0.4, 5 * time.Millisecond }
-	s.abandon = true
+	s.failAs = abandoned
 	s.excess(capacity, 0.7, time.Second, 2*time.Second, 4*time.Second)
 	s.run(1500 * time.Millisecond)
 	if !s.l.Overloaded() {

@@ -41,11 +41,9 @@ type sim struct {
 	// fail, when set, says whether a request admitted now fails, and its
 	// service time then (released as Failed).
 	fail func() (bool, time.Duration)
-	// abandon: a failing request is released Abandoned (its caller's
-	// deadline ended it), not Failed.
-	abandon bool
-	// failAs, when set, gives the outcome of each failing request
-	// instead (Failed or Abandoned), by the time it took to fail.
+	// failAs, when set, gives the outcome of each failing request by
+	// the time it took to fail (Abandoned: its caller's deadline ended
+	// it); nil means Failed.
 	failAs func(took time.Duration) Outcome
 	// late: a request served after its caller's deadline is released
 	// Abandoned, as the interceptor does (its caller had left).
@@ -60,8 +58,7 @@ type simReq struct {
 	caller  int // closed loop: the caller; -1 for open loop
 	class   Class
 	fail    bool
-	took    time.Duration // its service time
-	dl      time.Time     // its caller's deadline; zero: none
+	dl      time.Time // its caller's deadline; zero: none
 }
 
 type heldReq struct {
@@ -266,14 +263,11 @@ func (s *sim) start(r *simReq) {
 			r.fail, d = true, fd
 		}
 	}
-	r.took = d
 	s.at(s.el+d, func() {
 		s.busy--
 		switch {
 		case r.fail && s.failAs != nil:
-			r.permit.Release(s.failAs(r.took))
-		case r.fail && s.abandon:
-			r.permit.Release(Abandoned)
+			r.permit.Release(s.failAs(d))
 		case r.fail:
 			r.permit.Release(Failed)
 		case s.late && !r.dl.IsZero() && !s.clk.Now().Before(r.dl):
@@ -290,6 +284,10 @@ func (s *sim) start(r *simReq) {
 		s.answered(r.caller)
 	})
 }
+
+// abandoned is a sim.failAs: every failure ends at its caller's
+// deadline.
+func abandoned(time.Duration) Outcome { return Abandoned }
 
 // noCaller marks an open-loop request.
 const noCaller = -1

@@ -201,7 +201,7 @@ func (l *Limiter) whileSuspect(win window) {
 	// Windows whose completions all failed: the server is failing, not
 	// busy (see whileNot and failingLately), and its waiters go in at
 	// once. (Not a window without completions: a slow server has those.)
-	failing := win.done > win.abandoned && win.least == 0 && l.failingLately()
+	failing := win.done > win.abandoned && l.failingLately()
 	if l.calmRun >= calmWindows || failing {
 		l.suspect.Store(false)
 		l.growthRun, l.calmRun = 0, 0
@@ -335,7 +335,8 @@ func (l *Limiter) await(ctx context.Context, w *suspectWaiter, c Class, deadline
 // caller's deadline leaves only what serving it takes (three times the
 // base latency, or half of what was left when it began to wait if less),
 // provided the server serves in time now: the mean latency of the last
-// window (or a later window's least, if longer) fits both what is left and the overload rule's threshold for c.
+// window (or a later window's least, if longer) fits both what is left
+// and the overload rule's threshold for c.
 // A suspect server cannot yet tell a ramp from an overload; a request of
 // a ramp that waited until it could no longer be served would be refused
 // by the wait itself, which a closed loop must never see. A server whose

@@ -236,7 +236,9 @@ func TestAdmissionReleases(t *testing.T) {
 // TestAdmissionAbandoned: a unary call whose handler fails after its
 // caller left is released abandoned (it ended, but the server served
 // nothing: see admission.Abandoned); one that fails while its caller
-// waits is a failure, one that succeeds a success. A handler that
+// waits is a failure, one that succeeds a success, and an answer that
+// comes after the caller left, success or not, abandoned too (a FIFO
+// pool that ignores cancellation serves no one then). A handler that
 // returns DeadlineExceeded while its caller waits (a call below it timed
 // out) is abandoned too: a middle tier whose calls to a slow dependency
 // time out serves nothing, and read as failing fast it let in at once
