@@ -162,7 +162,8 @@ func (g *throttleGuard) done(c *call, a *attempt, o outcome) {
 		reportConn(t, c.conn)
 	}
 	p.Done(to)
-	c.retryNow = c.attempt == 1 && t.Healthy()
+	// Only a failure is retried: a success needs no look at the throttle.
+	c.retryNow = c.attempt == 1 && o.kind != outcomeSuccess && t.Healthy()
 }
 
 // retry refuses a retry into a target that is not healthy, before the

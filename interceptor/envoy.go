@@ -1,11 +1,5 @@
 package interceptor
 
-import (
-	"context"
-
-	"google.golang.org/grpc/metadata"
-)
-
 // MetadataEnvoyAttemptCount is the request header by which an Envoy proxy
 // (a sidecar of Istio or another mesh) numbers its attempts to the
 // upstream: 1 on the first, 2 on its first retry. Envoy sends it when the
@@ -40,13 +34,4 @@ func addEnvoyRetries(in Info, get func(key string) []string) Info {
 		in.UpstreamRetries = min(in.UpstreamRetries+count-1, MaxUpstreamRetries)
 	}
 	return in
-}
-
-// envoyRetries is addEnvoyRetries for the request ctx serves, unless
-// WithEnvoyAttemptCount(false) turned it off.
-func (s *server) envoyRetries(ctx context.Context, in Info) Info {
-	if s.ignoreEnvoy {
-		return in
-	}
-	return addEnvoyRetries(in, func(key string) []string { return metadata.ValueFromIncomingContext(ctx, key) })
 }

@@ -178,27 +178,16 @@ func cautious(vals []string, limit, ifInvalid int) int {
 	return best
 }
 
-// incomingInfo parses the Info of the request ctx serves. It looks up the
-// keys one by one rather than copying the whole incoming metadata.
+// incomingInfo parses the Info of the request whose metadata in reads.
 // stacked reports a request that carries both stormguard's attempt
 // metadata (x-call-depth or x-retry-attempt) and grpc-go's
 // grpc-previous-rpc-attempts: a retrying client interceptor with grpc-go's
 // built-in retry still on underneath (see stackedRetry).
-func incomingInfo(ctx context.Context) (in Info, stacked bool) {
-	var ours, builtin bool
-	in = parseInfo(func(key string) []string {
-		v := metadata.ValueFromIncomingContext(ctx, key)
-		if len(v) > 0 {
-			switch key {
-			case MetadataDepth, MetadataAttempt:
-				ours = true
-			case MetadataPreviousAttempts:
-				builtin = true
-			}
-		}
-		return v
-	})
-	return in, ours && builtin
+func incomingInfo(in incoming) (info Info, stacked bool) {
+	info = parseInfo(in.get)
+	stacked = len(in.get(MetadataPreviousAttempts)) > 0 &&
+		(len(in.get(MetadataDepth)) > 0 || len(in.get(MetadataAttempt)) > 0)
+	return info, stacked
 }
 
 // parseCount parses a small non-negative decimal: after trimming spaces,

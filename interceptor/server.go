@@ -127,11 +127,15 @@ func (s *server) parseInfo(ctx context.Context, method string) Info {
 	if s.untrusted {
 		return Info{}
 	}
-	in, stacked := incomingInfo(ctx)
+	md := incomingOf(ctx)
+	in, stacked := incomingInfo(md)
 	if stacked {
 		s.stackedRetry(ctx, method, in)
 	}
-	return s.envoyRetries(ctx, in)
+	if s.ignoreEnvoy {
+		return in
+	}
+	return addEnvoyRetries(in, md.get)
 }
 
 // dontRetryNeeded reports whether the handler's error must carry the
