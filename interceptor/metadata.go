@@ -111,7 +111,8 @@ type stateKey struct{}
 // context.WithValue plus the state would be two.
 type stateCtx struct {
 	context.Context
-	st serverState
+	st      serverState
+	running bool // a unary handler runs (see server.unary)
 }
 
 func (c *stateCtx) Value(key any) any {

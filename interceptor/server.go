@@ -151,27 +151,52 @@ func (s *server) dontRetryNeeded(sc *stateCtx, method string, err error) bool {
 	return true
 }
 
-func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+// unary keeps its stack frame small, as the client's does (see
+// unary.go): the handler runs below it.
+func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if healthMethod(info.FullMethod) {
 		return handler(ctx, req)
 	}
-	sc := s.begin(ctx, info.FullMethod)
-	if err := s.admit(sc, info.FullMethod, nil); err != nil {
+	sc, err := s.enter(ctx, info.FullMethod)
+	if sc == nil {
 		return nil, err
 	}
-	returned := false
-	defer func() {
-		if !returned {
-			s.panicked(sc, info.FullMethod, func() { _ = grpc.SetTrailer(sc, dontRetry) })
-		}
-	}()
-	resp, err = handler(sc, req)
-	returned = true
+	defer sc.leftOnPanic()
+	resp, err := handler(sc, req)
+	return resp, sc.leave(err)
+}
+
+// enter begins a unary request and asks the mechanisms whether it may
+// run: its handler's context, or nil and the error it ends with.
+func (s *server) enter(ctx context.Context, method string) (*stateCtx, error) {
+	sc := s.begin(ctx, method)
+	if err := s.admit(sc, method, nil); err != nil {
+		return nil, err
+	}
+	sc.running = true
+	return sc, nil
+}
+
+// leave ends a unary request whose handler returned err: the mechanisms
+// hear how it ended, and the caller is told "do not retry" if the
+// handler's calls gave up. It returns err.
+func (sc *stateCtx) leave(err error) error {
+	sc.running = false
+	s, method := sc.st.srv, sc.st.method
 	s.done(sc, s.mechs, err)
-	if s.dontRetryNeeded(sc, info.FullMethod, err) {
+	if s.dontRetryNeeded(sc, method, err) {
 		_ = grpc.SetTrailer(sc, dontRetry)
 	}
-	return resp, err
+	return err
+}
+
+// leftOnPanic runs when unary returns: a handler still running panicked
+// (see server.panicked).
+func (sc *stateCtx) leftOnPanic() {
+	if sc.running {
+		sc.running = false
+		sc.st.srv.panicked(sc, sc.st.method, func() { _ = grpc.SetTrailer(sc, dontRetry) })
+	}
 }
 
 // panicked handles a handler that panics, from a deferred function that

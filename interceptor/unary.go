@@ -2,11 +2,24 @@ package interceptor
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
+
+// The unary retry loop.
+//
+// Its stack frame is kept small on purpose: the invoker runs below it,
+// and in a handler's call to the next tier the whole handler's stack is
+// below that, on a goroutine grpc-go starts per request. A frame that
+// pushes such a goroutine's deepest point past its stack's size makes
+// the runtime copy the whole stack on every request: a pass-through
+// interceptor with half a kilobyte of locals on each side of a middle
+// tier cost 13 % more CPU per request on the silent check's chain than
+// one without (BENCHMARKS.md, "What a call costs"). So unary holds only
+// what the invoker needs; the state is in unaryCall, and the work before
+// and after each attempt is done in calls whose frames are gone while
+// the invoker runs.
 
 // unaryCall is the state of one unary call: the retry state, and the
 // call options with the header and trailer options added, in one
@@ -15,17 +28,41 @@ import (
 type unaryCall struct {
 	call
 	cur     attempt
+	actx    context.Context    // the current attempt's
+	cancel  context.CancelFunc // its per-attempt timeout
+	running bool               // cur went out and is not yet reported
 	header  metadata.MD
 	trailer metadata.MD
 	hopt    grpc.HeaderCallOption
 	topt    grpc.TrailerCallOption
+	opts    []grpc.CallOption
 	optsBuf [4]grpc.CallOption // the call's options (usually none) and our two
 }
 
 func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	u, err := cl.newUnary(ctx, method, req, reply, cc, invoker, opts)
+	if u == nil {
+		return err // invalid per-call options, or a hedged call made
+	}
+	defer u.panicked()
+	for {
+		actx, err := u.begin()
+		if err != nil {
+			return err
+		}
+		err = invoker(actx, method, req, reply, cc, u.opts...)
+		if done, err := u.end(err); done {
+			return err
+		}
+	}
+}
+
+// newUnary prepares a unary call. It makes a hedged call itself (see
+// hedgedUnary) and returns nil with its error, as for invalid options.
+func (cl *client) newUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (*unaryCall, error) {
 	cfg, err := cl.callConfig(opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var hu *hedgedUnary
 	var u *unaryCall
@@ -39,58 +76,65 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	u.conn = cc
 	if hu != nil && u.hedges() {
 		if ht := cfg.delays.get(u.key, method); ht != nil { // nil: too many methods at the target
-			return hu.run(ht, method, req, reply, cc, invoker, opts)
+			return nil, hu.run(ht, method, req, reply, cc, invoker, opts)
 		}
 	}
-	c := &u.call
 	u.hopt.HeaderAddr = &u.header
 	u.topt.TrailerAddr = &u.trailer
-	opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
-	for {
-		wait, err := u.attempt(method, req, reply, cc, invoker, opts)
-		if err != nil || wait < 0 {
-			return err
-		}
-		if err := c.cfg.sleep(ctx, wait); err != nil {
-			return c.canceled()
-		}
-	}
+	u.opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
+	return u, nil
 }
 
-// attempt makes one attempt, if the mechanisms allow it, and judges it:
-// it returns the wait before the next attempt, or a negative wait and
-// the call's final error (nil on success).
-//
-// The mechanisms hear of the attempt on every way out: a panic in the
-// invoker (an interceptor further in, a codec) that a recovery
-// interceptor further out turns into an error must not keep a half-open
-// probe's slot forever.
+// begin asks the mechanisms whether the call's next attempt may go out
+// and returns its context, or the call's final error.
+func (u *unaryCall) begin() (context.Context, error) {
+	c, a := &u.call, &u.cur
+	*a = attempt{}
+	if err := c.begin(a); err != nil {
+		return nil, err
+	}
+	u.running = true
+	u.actx, u.cancel = c.attemptContext(true)
+	u.header, u.trailer = nil, nil
+	return u.actx, nil
+}
+
+// end judges the attempt that ended with err and tells the mechanisms;
+// it reports whether the call is over, with its error (nil on success),
+// or else waits for the next attempt.
 //
 // gRFC A6: an attempt whose response headers arrived committed the call,
 // and is not retried whatever its status. gRPC fills the header option
 // with a non-nil MD when headers arrived, and leaves it nil for a
 // trailers-only response (a server that failed before sending headers),
 // which stays retryable.
-func (u *unaryCall) attempt(method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (time.Duration, error) {
+func (u *unaryCall) end(err error) (bool, error) {
 	c, a := &u.call, &u.cur
-	*a = attempt{}
-	if err := c.begin(a); err != nil {
-		return -1, err
-	}
-	reported := false
-	defer func() {
-		if !reported { // only on a panic
-			c.report(a, panicked)
-		}
-	}()
-	actx, cancel := c.attemptContext(true)
-	defer cancel()
-	u.header, u.trailer = nil, nil
-	err := invoker(actx, method, req, reply, cc, opts...)
-	a.timedOut = err != nil && c.ownTimeout(actx, err, c.cfg.now())
+	u.cancel()
+	a.timedOut = err != nil && c.ownTimeout(u.actx, err, c.cfg.now())
 	c.committed = u.header != nil
 	o := c.classify(a, err, u.trailer)
-	reported = true
+	u.running = false
 	c.report(a, o)
-	return c.next(err, o)
+	wait, err := c.next(err, o)
+	if err != nil || wait < 0 {
+		return true, err
+	}
+	if c.cfg.sleep(c.ctx, wait) != nil {
+		return true, c.canceled()
+	}
+	return false, nil
+}
+
+// panicked runs when unary returns: if an attempt was still running, the
+// invoker (an interceptor further in, a codec) panicked, and a recovery
+// interceptor further out may turn that into an error; the mechanisms
+// must hear of the attempt all the same, or a half-open probe would
+// keep its slot forever.
+func (u *unaryCall) panicked() {
+	if u.running {
+		u.running = false
+		u.cancel()
+		u.report(&u.cur, panicked)
+	}
 }
