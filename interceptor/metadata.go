@@ -185,10 +185,20 @@ func cautious(vals []string, limit, ifInvalid int) int {
 // grpc-previous-rpc-attempts: a retrying client interceptor with grpc-go's
 // built-in retry still on underneath (see stackedRetry).
 func incomingInfo(in incoming) (info Info, stacked bool) {
-	info = parseInfo(in.get)
-	stacked = len(in.get(MetadataPreviousAttempts)) > 0 &&
-		(len(in.get(MetadataDepth)) > 0 || len(in.get(MetadataAttempt)) > 0)
-	return info, stacked
+	var ours, builtin bool
+	info = parseInfo(func(key string) []string {
+		v := in.get(key)
+		if len(v) > 0 {
+			switch key {
+			case MetadataDepth, MetadataAttempt:
+				ours = true
+			case MetadataPreviousAttempts:
+				builtin = true
+			}
+		}
+		return v
+	})
+	return info, ours && builtin
 }
 
 // parseCount parses a small non-negative decimal: after trimming spaces,

@@ -14,9 +14,9 @@ import (
 // below that, on a goroutine grpc-go starts per request. A frame that
 // pushes such a goroutine's deepest point past its stack's size makes
 // the runtime copy the whole stack on every request: a pass-through
-// interceptor with half a kilobyte of locals on each side of a middle
-// tier cost 13 % more CPU per request on the silent check's chain than
-// one without (BENCHMARKS.md, "What a call costs"). So unary holds only
+// interceptor with 512 bytes of locals on each side of a middle tier
+// cost 13 % more CPU per request on the silent check's chain than one
+// with 256 (BENCHMARKS.md, "What a call costs"). So unary holds only
 // what the invoker needs; the state is in unaryCall, and the work before
 // and after each attempt is done in calls whose frames are gone while
 // the invoker runs.
@@ -93,6 +93,7 @@ func (u *unaryCall) begin() (context.Context, error) {
 	if err := c.begin(a); err != nil {
 		return nil, err
 	}
+	u.cancel = nil // a panic in attemptContext: see panicked
 	u.running = true
 	u.actx, u.cancel = c.attemptContext(true)
 	u.header, u.trailer = nil, nil
@@ -110,11 +111,11 @@ func (u *unaryCall) begin() (context.Context, error) {
 // which stays retryable.
 func (u *unaryCall) end(err error) (bool, error) {
 	c, a := &u.call, &u.cur
-	u.cancel()
 	a.timedOut = err != nil && c.ownTimeout(u.actx, err, c.cfg.now())
 	c.committed = u.header != nil
 	o := c.classify(a, err, u.trailer)
 	u.running = false
+	u.cancel()
 	c.report(a, o)
 	wait, err := c.next(err, o)
 	if err != nil || wait < 0 {
@@ -134,7 +135,9 @@ func (u *unaryCall) end(err error) (bool, error) {
 func (u *unaryCall) panicked() {
 	if u.running {
 		u.running = false
-		u.cancel()
+		if u.cancel != nil {
+			u.cancel()
+		}
 		u.report(&u.cur, panicked)
 	}
 }
