@@ -64,21 +64,20 @@ func (cl *client) newUnary(ctx context.Context, method string, req, reply any, c
 	if err != nil {
 		return nil, err
 	}
-	var hu *hedgedUnary
-	var u *unaryCall
-	if cfg.hedging.hedges(method) && hedgeableReply(reply) {
-		hu = &hedgedUnary{}
-		u = &hu.unaryCall
-	} else {
-		u = &unaryCall{}
-	}
-	u.init(ctx, cfg, cl.target(cc), method)
-	u.conn = cc
-	if hu != nil && u.hedges() {
-		if ht := cfg.delays.get(u.key, method); ht != nil { // nil: too many methods at the target
+	var c call
+	c.init(ctx, cfg, cl.target(cc), method)
+	c.conn = cc
+	if cfg.hedging.hedges(method) && hedgeableReply(reply) && c.hedges() {
+		// The hedged call's state is several times the size of a plain
+		// call's: made only for a call that hedges (not for the tiers
+		// below one that does, which see its mark).
+		if ht := cfg.delays.get(c.key, method); ht != nil { // nil: too many methods at the target
+			hu := &hedgedUnary{}
+			hu.call = c
 			return nil, hu.run(ht, method, req, reply, cc, invoker, opts)
 		}
 	}
+	u := &unaryCall{call: c}
 	u.hopt.HeaderAddr = &u.header
 	u.topt.TrailerAddr = &u.trailer
 	u.opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
