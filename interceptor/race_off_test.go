@@ -1,0 +1,6 @@
+//go:build !race
+
+package interceptor
+
+// raceBuild: the race detector's instrumentation makes frames larger.
+const raceBuild = false
