@@ -44,8 +44,7 @@ type call struct {
 // init prepares c for a call to method of target (normalized: one key
 // for every spelling of an address), with the mechanisms of its key.
 //
-// c is a zero call (a new one): the fields are set one by one, which
-// spares copying a whole struct literal on every call.
+// c is a zero call (a new one); its fields are set one by one.
 func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 	c.ctx, c.cfg, c.method, c.st = ctx, cfg, method, stateFrom(ctx)
 	if c.st != nil {

@@ -40,9 +40,12 @@ type unaryCall struct {
 }
 
 func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	u, err := cl.newUnary(ctx, method, req, reply, cc, invoker, opts)
+	u, hu, ht, err := cl.newUnary(ctx, method, reply, cc, opts)
+	if hu != nil {
+		return hu.run(ht, method, req, reply, cc, invoker, opts)
+	}
 	if u == nil {
-		return err // invalid per-call options, or a hedged call made
+		return err // invalid per-call options
 	}
 	defer u.panicked()
 	for {
@@ -57,12 +60,14 @@ func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *
 	}
 }
 
-// newUnary prepares a unary call. It makes a hedged call itself (see
-// hedgedUnary) and returns nil with its error, as for invalid options.
-func (cl *client) newUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (*unaryCall, error) {
+// newUnary prepares a unary call: a plain one, or one that hedges (see
+// hedgedUnary) with the hedging state of its target, or the error of
+// invalid per-call options. (unary runs a hedged call, not newUnary:
+// newUnary's frame is large, and gone by then.)
+func (cl *client) newUnary(ctx context.Context, method string, reply any, cc *grpc.ClientConn, opts []grpc.CallOption) (*unaryCall, *hedgedUnary, *hedgeTarget, error) {
 	cfg, err := cl.callConfig(opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
 	var c call
 	c.init(ctx, cfg, cl.target(cc), method)
@@ -74,14 +79,14 @@ func (cl *client) newUnary(ctx context.Context, method string, req, reply any, c
 		if ht := cfg.delays.get(c.key, method); ht != nil { // nil: too many methods at the target
 			hu := &hedgedUnary{}
 			hu.call = c
-			return nil, hu.run(ht, method, req, reply, cc, invoker, opts)
+			return nil, hu, ht, nil
 		}
 	}
 	u := &unaryCall{call: c}
 	u.hopt.HeaderAddr = &u.header
 	u.topt.TrailerAddr = &u.trailer
 	u.opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
-	return u, nil
+	return u, nil, nil, nil
 }
 
 // begin asks the mechanisms whether the call's next attempt may go out
