@@ -1,7 +1,7 @@
-// Command callcost measures what a request costs through the silent
-// check's chain (../shared/checks/silent: gateway -> order -> payment
-// over bufconn, handlers that only forward, callers that send back to
-// back) with each part of what stormguard does on a healthy call, against
+// Command callcost measures what a request costs through the chain of
+// the project's silent check (shared/checks/silent.sh, outside this
+// repository: gateway -> order -> payment over bufconn, handlers that
+// only forward, callers that send back to back) with each part of what stormguard does on a healthy call, against
 // the same chain with no interceptor (off), in interleaved rounds:
 //
 //   - noop: a client and a server interceptor that pass every call on:
@@ -79,11 +79,22 @@ func passClient(hop int, depth, answer bool) grpc.UnaryClientInterceptor {
 			ctx = metadata.AppendToOutgoingContext(ctx, interceptor.MetadataDepth, d)
 		}
 		if answer {
-			var h, t metadata.MD
-			opts = append(opts, grpc.Header(&h), grpc.Trailer(&t))
+			// One allocation for both and the options, as stormguard
+			// makes them: what is left is grpc-go's.
+			a := &answerOpts{}
+			a.h.HeaderAddr, a.t.TrailerAddr = &a.header, &a.trailer
+			opts = append(append(a.buf[:0], opts...), &a.h, &a.t)
 		}
 		return inv(ctx, m, req, reply, cc, opts...)
 	}
+}
+
+// answerOpts receives an attempt's header and trailer.
+type answerOpts struct {
+	header, trailer metadata.MD
+	h               grpc.HeaderCallOption
+	t               grpc.TrailerCallOption
+	buf             [4]grpc.CallOption
 }
 
 func passing(depth, answer bool) func(int) ([]grpc.ServerOption, []grpc.DialOption, error) {
@@ -160,12 +171,12 @@ func dial(lis *bufconn.Listener, opts []grpc.DialOption) (*grpc.ClientConn, erro
 	return grpc.NewClient("passthrough:///bufnet", opts...)
 }
 
-func cpuTime() time.Duration {
+func cpuTime() (time.Duration, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, fmt.Errorf("getrusage: %w", err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
 // sample is one run of one variant.
@@ -173,13 +184,17 @@ type sample struct {
 	okPerSec, cpuPerReq, allocsPerReq, bytesPerReq float64
 }
 
-// run loads cl with callers sending back to back for d.
-func run(cl testpb.TestServiceClient, callers int, d time.Duration) sample {
+// run loads cl with callers sending back to back for d; a run that no
+// request of passed is an error.
+func run(cl testpb.TestServiceClient, callers int, d time.Duration) (sample, error) {
 	var ok, all atomic.Int64
 	var wg sync.WaitGroup
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	c0 := cpuTime()
+	c0, err := cpuTime()
+	if err != nil {
+		return sample{}, err
+	}
 	end := time.Now().Add(d)
 	for range callers {
 		wg.Go(func() {
@@ -195,20 +210,34 @@ func run(cl testpb.TestServiceClient, callers int, d time.Duration) sample {
 		})
 	}
 	wg.Wait()
-	c1 := cpuTime()
+	c1, err := cpuTime()
+	if err != nil {
+		return sample{}, err
+	}
 	runtime.ReadMemStats(&m1)
-	n := float64(max(all.Load(), 1))
+	if ok.Load() == 0 {
+		return sample{}, fmt.Errorf("no request of %d passed", all.Load())
+	}
+	n := float64(all.Load())
 	return sample{
 		okPerSec:     float64(ok.Load()) / d.Seconds(),
 		cpuPerReq:    float64(c1-c0) / float64(time.Microsecond) / n,
 		allocsPerReq: float64(m1.Mallocs-m0.Mallocs) / n,
 		bytesPerReq:  float64(m1.TotalAlloc-m0.TotalAlloc) / n,
-	}
+	}, nil
 }
 
+// quartiles returns the quartiles of x, interpolated between ranks.
 func quartiles(x []float64) (q1, med, q3 float64) {
 	slices.Sort(x)
-	at := func(p float64) float64 { return x[int(p*float64(len(x)-1)+0.5)] }
+	at := func(p float64) float64 {
+		r := p * float64(len(x)-1)
+		i := int(r)
+		if i+1 >= len(x) {
+			return x[i]
+		}
+		return x[i] + (r-float64(i))*(x[i+1]-x[i])
+	}
 	return at(0.25), at(0.5), at(0.75)
 }
 
@@ -239,12 +268,18 @@ func callcost(args []string, w io.Writer) error {
 		}
 		defer stop()
 		clients[i] = cl
-		run(cl, *callers, min(*d, 200*time.Millisecond)) // warm the connections
+		if _, err := run(cl, *callers, min(*d, 200*time.Millisecond)); err != nil { // warm the connections
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
 	}
 	samples := make([][]sample, len(variants))
 	for range *rounds {
 		for i, cl := range clients {
-			samples[i] = append(samples[i], run(cl, *callers, *d))
+			s, err := run(cl, *callers, *d)
+			if err != nil {
+				return fmt.Errorf("%s: %w", variants[i].name, err)
+			}
+			samples[i] = append(samples[i], s)
 		}
 	}
 	fmt.Fprintf(w, "%d callers, %d rounds of %v, %s, GOMAXPROCS %d\n\n", *callers, *rounds, *d, runtime.Version(), runtime.GOMAXPROCS(0))

@@ -23,6 +23,9 @@ func TestCallcostTable(t *testing.T) {
 			t.Errorf("no row for %s in:\n%s", v.name, out.String())
 		}
 	}
+	if q1, med, q3 := quartiles([]float64{4, 1, 3, 2}); q1 != 1.75 || med != 2.5 || q3 != 3.25 {
+		t.Errorf("quartiles of 1..4: %v %v %v, want 1.75 2.5 3.25", q1, med, q3)
+	}
 	if !strings.Contains(out.String(), "| off | 1.000x") {
 		t.Errorf("off is not its own unit:\n%s", out.String())
 	}
