@@ -86,15 +86,7 @@ func TestUnaryClientFrameStaysSmall(t *testing.T) {
 			}
 		})
 	}
-	ours, pass := client(i.UnaryClient()), client(noopUnaryClient)
-	most := uintptr(256)
-	if raceBuild {
-		most = 352
-	}
-	t.Logf("client: %d bytes of stack above the invoker, pass-through %d", ours, pass)
-	if ours > pass+most {
-		t.Errorf("the client interceptor holds %d bytes of stack above the invoker, %d more than a pass-through one; want at most %d more", ours, ours-pass, most)
-	}
+	holdsAtMost(t, "client interceptor", "invoker", client(i.UnaryClient()), client(noopUnaryClient), 256, 352)
 }
 
 func TestUnaryServerFrameStaysSmall(t *testing.T) {
@@ -113,13 +105,19 @@ func TestUnaryServerFrameStaysSmall(t *testing.T) {
 			}
 		})
 	}
-	ours, pass := server(i.UnaryServer()), server(noopUnaryServer)
-	most := uintptr(200)
+	holdsAtMost(t, "server interceptor", "handler", server(i.UnaryServer()), server(noopUnaryServer), 200, 304)
+}
+
+// holdsAtMost checks that ours, the stack an interceptor holds above
+// below, is at most most bytes more than pass, a pass-through one's
+// (raceMost under the race detector).
+func holdsAtMost(t *testing.T, what, below string, ours, pass, most, raceMost uintptr) {
+	t.Helper()
 	if raceBuild {
-		most = 304
+		most = raceMost
 	}
-	t.Logf("server: %d bytes of stack above the handler, pass-through %d", ours, pass)
+	t.Logf("%s: %d bytes of stack above the %s, pass-through %d", what, ours, below, pass)
 	if ours > pass+most {
-		t.Errorf("the server interceptor holds %d bytes of stack above the handler, %d more than a pass-through one; want at most %d more", ours, ours-pass, most)
+		t.Errorf("the %s holds %d bytes of stack above the %s, %d more than a pass-through one; want at most %d more", what, ours, below, ours-pass, most)
 	}
 }

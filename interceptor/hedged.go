@@ -164,10 +164,10 @@ func (hu *hedgedUnary) run(ht *hedgeTarget, method string, req, reply any, cc *g
 	}
 }
 
-// leadAttempt makes a lead attempt (see unaryCall.begin and end, which it follows) with
-// the timer for the first hedge, and returns the wait before the next
-// lead or the call's error: its own verdict if it answered first, else
-// the coordinator's.
+// leadAttempt makes a lead attempt (see unaryCall.begin and end, which
+// it follows) with the timer for the first hedge, and returns the wait
+// before the next lead or the call's error: its own verdict if it
+// answered first, else the coordinator's.
 func (h *hedgeCall) leadAttempt() (time.Duration, error) {
 	c, t := h.c, &h.lead
 	*t = hedgeTry{}
