@@ -251,7 +251,9 @@ func (c *Config) resolve() error {
 // (Little's law, for a server that serves in order or shares its CPU),
 // and admits it when expected <= base + Target x share of its class,
 // where base is the lowest mean latency of successful requests over the
-// last 128 windows before the overload (followed up to 8 times while
+// last 128 windows before the overload (the least latency of one, while
+// no window has had enough of them for a mean: a server that is new, or
+// completes fewer than 4 requests a window; followed up to 8 times while
 // overloaded, for a server that became slower rather than queued: see
 // followService), and, when the request has a deadline, expected <= its
 // remaining time. Retries go first (Class). Overload ends after 2
@@ -344,6 +346,9 @@ type Limiter struct {
 	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
 	suspectIn  int64                  // in flight when it became suspect
 	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
+	// provisional: base is the least latency seen, with no window's
+	// mean yet (whileNot).
+	provisional bool
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -758,6 +763,19 @@ func (l *Limiter) whileNot(win window) {
 			base = w.mean
 		}
 	}
+	if base == 0 && (l.base == 0 || l.provisional) {
+		// No window with minSamples successes yet: a server that has
+		// just started, which an open-loop overload may meet cold.
+		// Waiting for a mean let a gateway at 8x its capacity admit
+		// 60 requests into payment's queue before it held any (p99
+		// of the first second 151 ms). The least latency seen is the
+		// latency without a queue, provisionally: a window's mean
+		// replaces it.
+		base = l.leastSeen()
+		l.provisional = true
+	} else {
+		l.provisional = false
+	}
 	if base != 0 && base != l.base {
 		// With no sample in the history (an outage whose requests all
 		// failed), the last base stays.
@@ -777,9 +795,8 @@ func (l *Limiter) whileNot(win window) {
 	for i := l.growthRun; i < l.histN; i++ {
 		highest = max(highest, l.recent(i).inflight)
 	}
-	// A server with no base yet (no window of minSamples successes) cannot
-	// tell its latency from a queue: it holds no one until it has one, a
-	// window or two into an open-loop overload.
+	// A server with no base yet (no success seen) cannot tell its latency
+	// from a queue: it holds no one until it has one.
 	// Nor does a server whose requests all failed in the window: it is
 	// failing, not busy, and holding its callers would only delay their
 	// failure (or send them all at once when it recovers).
@@ -788,6 +805,18 @@ func (l *Limiter) whileNot(win window) {
 		return
 	}
 	l.becomeSuspect(win, per)
+}
+
+// leastSeen returns the least latency of a success in the history's
+// windows outside an overload, 0 for none. l.mu is held.
+func (l *Limiter) leastSeen() int64 {
+	least := int64(0)
+	for i := range l.histN {
+		if w := l.recent(i); w.least > 0 && !w.over && (least == 0 || w.least < least) {
+			least = w.least
+		}
+	}
+	return least
 }
 
 // growing reports whether the arrivals exceed the completions in win,

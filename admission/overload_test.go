@@ -89,6 +89,39 @@ func TestOpenLoopOverload(t *testing.T) {
 	}
 }
 
+// An open-loop overload that meets a server cold (one request before,
+// as a new replica or a service after a quiet night sees it) is held
+// within a window or two, on the least latency seen while no window has
+// a mean yet: waiting for a mean let a gateway at 8x admit 60 requests
+// into its dependency's queue first, and the first second's p99 was
+// 151 ms (busy scenario 4). A server that completes fewer than
+// minSamples requests in most windows (2 workers, 8 ms each) shows it.
+func TestColdOpenLoopOverload(t *testing.T) {
+	const capacity = 250.0
+	for _, factor := range []float64{2, 8} {
+		t.Run(fmt.Sprint(factor), func(t *testing.T) {
+			s := newSim(t, Config{}, 2, 8*time.Millisecond, 5)
+			s.open(1, 0, 2*time.Millisecond, time.Second) // the warm-up: one request
+			s.open(factor*capacity, time.Second, 6*time.Second, time.Second)
+			s.run(6 * time.Second)
+			for from := time.Second; from < 2*time.Second; from += 100 * time.Millisecond {
+				refused, served, p99 := s.in(from, from+100*time.Millisecond)
+				t.Logf("%v: refused %d served %d p99 %v", from, refused, served, p99)
+			}
+			_, served, p99 := s.in(time.Second, 6*time.Second)
+			if rate := float64(served) / 5; rate < 0.9*capacity {
+				t.Errorf("%.0fx: served %.0f/s, want >= 0.9 x %.0f", factor, rate, capacity)
+			}
+			if p99 > 60*time.Millisecond {
+				t.Errorf("%.0fx: p99 %v over the overload, want <= 60ms", factor, p99)
+			}
+			if _, _, p99 := s.in(time.Second, 2*time.Second); p99 > 60*time.Millisecond {
+				t.Errorf("%.0fx: p99 %v in its first second, want <= 60ms", factor, p99)
+			}
+		})
+	}
+}
+
 // A closed loop that meets an overload (here one that an open-loop burst
 // caused) is refused, sends again at once, and so keeps its refused
 // arrivals above the completions: it looks overloaded for good. The

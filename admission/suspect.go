@@ -364,6 +364,11 @@ func (l *Limiter) admitBefore(w *suspectWaiter, c Class, deadline time.Time) (st
 // lately, unless its wait has ended.
 func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 	mean := l.lastMean.Load()
+	if mean == 0 {
+		// No window's mean yet: a cold server, suspect on its
+		// provisional base (whileNot), the least latency it has seen.
+		mean = l.baseNow.Load()
+	}
 	if mean == 0 || mean > int64(left) || mean > l.threshold[c].Load() {
 		return
 	}
