@@ -251,9 +251,9 @@ func (c *Config) resolve() error {
 // (Little's law, for a server that serves in order or shares its CPU),
 // and admits it when expected <= base + Target x share of its class,
 // where base is the lowest mean latency of successful requests over the
-// last 128 windows before the overload (the least latency of one, while
-// no window has had enough of them for a mean: a server that is new, or
-// completes fewer than 4 requests a window; followed up to 8 times while
+// last 128 windows before the overload (until a window has had enough
+// successes for a mean, the mean of all of them: see whileNot; followed
+// up to 8 times while
 // overloaded, for a server that became slower rather than queued: see
 // followService), and, when the request has a deadline, expected <= its
 // remaining time. Retries go first (Class). Overload ends after 2
@@ -324,31 +324,29 @@ type Limiter struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	winStart   int64
-	last       snapshot // the counters at winStart
-	hist       [historyWindows]window
-	histN      int // windows recorded, up to historyWindows
-	histAt     int // index of the next one
-	growthRun  int
-	calmRun    int
-	base       int64 // nanoseconds
-	overSince  int64 // windows since the overload started
-	following  bool  // the base follows the server's latency (followService)
-	followed   int64 // windows it has followed
-	followTo   int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
-	judged     int64 // windows since the judgement started
-	probing    bool
-	probeMid   int64 // offered arrivals at the probe's half-way point
-	probeStart snapshot
-	probeRate  float64                // offered arrivals per nanosecond before the probe
-	suspectFor int64                  // windows since the server became suspect in which its completions did not grow
-	suspectAll int64                  // windows since the server became suspect
-	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
-	suspectIn  int64                  // in flight when it became suspect
-	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
-	// provisional: base is the least latency seen, with no window's
-	// mean yet (whileNot).
-	provisional bool
+	winStart    int64
+	last        snapshot // the counters at winStart
+	hist        [historyWindows]window
+	histN       int // windows recorded, up to historyWindows
+	histAt      int // index of the next one
+	growthRun   int
+	calmRun     int
+	base        int64 // nanoseconds
+	overSince   int64 // windows since the overload started
+	following   bool  // the base follows the server's latency (followService)
+	followed    int64 // windows it has followed
+	followTo    int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
+	judged      int64 // windows since the judgement started
+	probing     bool
+	probeMid    int64 // offered arrivals at the probe's half-way point
+	probeStart  snapshot
+	probeRate   float64                // offered arrivals per nanosecond before the probe
+	suspectFor  int64                  // windows since the server became suspect in which its completions did not grow
+	suspectAll  int64                  // windows since the server became suspect
+	suspectMax  int64                  // suspectFor windows it may stay suspect before it is overloaded
+	suspectIn   int64                  // in flight when it became suspect
+	held        [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
+	provisional bool                   // base is pooled over windows with too few successes (whileNot)
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -373,6 +371,7 @@ type window struct {
 	abandoned              int64 // of done, Abandoned
 	wasted                 int64 // of abandoned, those that held their slot at least the base latency
 	mean                   int64 // of Measured latencies; 0 with fewer than minSamples
+	latSum, latN           int64 // Measured latencies: their sum (nanoseconds) and number
 	least                  int64 // the least Measured latency; 0: none
 	inflight               int64 // at its end
 	over                   bool  // the server was overloaded during it
@@ -707,10 +706,14 @@ func (l *Limiter) roll(at int64) {
 		return
 	}
 	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done, gone: d.gone, abandoned: d.abandoned, wasted: d.wasted,
-		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0)}
+		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0), latSum: d.latSum, latN: d.latN}
 	if d.latN >= minSamples {
 		win.mean = d.latSum / d.latN
 		l.lastMean.Store(win.mean)
+	} else if d.latN > 0 && l.lastMean.Load() == 0 {
+		// No mean yet: the mean of these few stands in (admitWaiter
+		// reads it), and later windows correct it as above or below.
+		l.lastMean.Store(d.latSum / d.latN)
 	} else if last := l.lastMean.Load(); last > 0 && win.least > last {
 		// Too few successes for a mean, but even the fastest of them
 		// took longer: the mean of before is stale (a server that became
@@ -764,14 +767,14 @@ func (l *Limiter) whileNot(win window) {
 		}
 	}
 	if base == 0 && (l.base == 0 || l.provisional) {
-		// No window with minSamples successes yet: a server that has
-		// just started, which an open-loop overload may meet cold.
-		// Waiting for a mean let a gateway at 8x its capacity admit
-		// 60 requests into payment's queue before it held any (p99
-		// of the first second 151 ms). The least latency seen is the
-		// latency without a queue, provisionally: a window's mean
-		// replaces it.
-		base = l.leastSeen()
+		// No window has had minSamples successes: a server that has
+		// just started (an open-loop overload may meet it cold), or
+		// one that completes few per window. The mean of all the
+		// successes in the history stands in until a window's mean
+		// replaces it. Without it, a gateway that met 8x its capacity
+		// cold let 60 requests into payment's queue before it held
+		// any (p99 of the overload's first second 151 ms).
+		base = l.pooledMean()
 		l.provisional = true
 	} else {
 		l.provisional = false
@@ -807,16 +810,19 @@ func (l *Limiter) whileNot(win window) {
 	l.becomeSuspect(win, per)
 }
 
-// leastSeen returns the least latency of a success in the history's
+// pooledMean returns the mean latency of the successes in the history's
 // windows outside an overload, 0 for none. l.mu is held.
-func (l *Limiter) leastSeen() int64 {
-	least := int64(0)
+func (l *Limiter) pooledMean() int64 {
+	var sum, n int64
 	for i := range l.histN {
-		if w := l.recent(i); w.least > 0 && !w.over && (least == 0 || w.least < least) {
-			least = w.least
+		if w := l.recent(i); !w.over {
+			sum, n = sum+w.latSum, n+w.latN
 		}
 	}
-	return least
+	if n == 0 {
+		return 0
+	}
+	return sum / n
 }
 
 // growing reports whether the arrivals exceed the completions in win,
@@ -1088,8 +1094,8 @@ type Stats struct {
 	// Latency is Limiter.Latency: what a new request can expect.
 	Latency time.Duration
 	// Base is the lowest mean latency of successful requests over the
-	// recent windows before any overload: the server's latency without a
-	// queue, to which the target is added.
+	// recent windows before any overload (see Limiter): the server's
+	// latency without a queue, to which the target is added.
 	Base time.Duration
 	// Queue is the number of requests waiting in the queue (Wait).
 	Queue int

@@ -600,3 +600,36 @@ func TestSuspectHoldsWhenCallsBelowTimeOut(t *testing.T) {
 		}
 	}
 }
+
+// A cold server whose service times vary (exponential, 50 ms mean, 4
+// workers: 80/s) meets an open loop at 2x: its first successes are its
+// fastest, and a base taken from them alone refuses what its workers
+// could serve. Also with a warm-up success of 0.5 ms (a cheap method).
+func TestColdOverloadVariedService(t *testing.T) {
+	const capacity = 80.0
+	for _, fastWarmUp := range []bool{false, true} {
+		t.Run(fmt.Sprint("fast warm-up ", fastWarmUp), func(t *testing.T) {
+			s := newSim(t, Config{}, 4, 50*time.Millisecond, 7)
+			s.service = func(r *rand.Rand) time.Duration {
+				if fastWarmUp && s.el < time.Second {
+					return 500 * time.Microsecond
+				}
+				return time.Duration(r.ExpFloat64() * float64(50*time.Millisecond))
+			}
+			s.open(1, 0, 2*time.Millisecond, time.Second) // the warm-up: one request
+			s.open(2*capacity, time.Second, 6*time.Second, time.Second)
+			s.run(7 * time.Second)
+			_, served, p99 := s.in(time.Second, 6*time.Second)
+			gone := 0
+			for _, r := range s.results {
+				if r.gone {
+					gone++
+				}
+			}
+			t.Logf("served %d (%.0f/s), gone %d, p99 %v, base %v", served, float64(served)/5, gone, p99, s.l.Stats().Base)
+			if rate := float64(served-gone) / 5; rate < 0.85*capacity {
+				t.Errorf("served %.0f/s, want >= 0.85 x %.0f", rate, capacity)
+			}
+		})
+	}
+}

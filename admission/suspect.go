@@ -142,8 +142,7 @@ func (l *Limiter) failingLately() bool {
 
 // throughputNeed is the concurrency the server's throughput needs, with
 // per nanoseconds per completion: twice the completion rate times the
-// latency without a queue (the base; the least latency of the last
-// windows before there is one), at least minSuspectCap. Not the recent
+// latency without a queue (the base), at least minSuspectCap. Not the recent
 // least latency: where the handler's own queue never empties, it includes
 // a wait, and a cap that followed it would let that queue grow. l.mu is
 // held.
@@ -364,11 +363,6 @@ func (l *Limiter) admitBefore(w *suspectWaiter, c Class, deadline time.Time) (st
 // lately, unless its wait has ended.
 func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 	mean := l.lastMean.Load()
-	if mean == 0 {
-		// No window's mean yet: a cold server, suspect on its
-		// provisional base (whileNot), the least latency it has seen.
-		mean = l.baseNow.Load()
-	}
 	if mean == 0 || mean > int64(left) || mean > l.threshold[c].Load() {
 		return
 	}
