@@ -767,13 +767,16 @@ func (l *Limiter) whileNot(win window) {
 		}
 	}
 	if base == 0 && (l.base == 0 || l.provisional) {
-		// No window has had minSamples successes: a server that has
-		// just started (an open-loop overload may meet it cold), or
-		// one that completes few per window. The mean of all the
-		// successes in the history stands in until a window's mean
-		// replaces it. Without it, a gateway that met 8x its capacity
-		// cold let 60 requests into payment's queue before it held
-		// any (p99 of the overload's first second 151 ms).
+		// No window has had minSamples successes: a server that
+		// completes fewer per window, or has just started. Once the
+		// history holds minSamples successes in all, their mean stands
+		// in until a window's mean replaces it. Without it, a server of
+		// 2 workers at 8 ms never had a base while overloaded (p99 266
+		// ms for the whole overload; TestColdOpenLoopOverload). Not
+		// from fewer: a base from the first success or two made a
+		// cold server suspect in a load test's ramp, and held its
+		// callers (p99 at 128 callers 1.2x), for the sake of the first
+		// half second of an open-loop overload met cold.
 		base = l.pooledMean()
 		l.provisional = true
 	} else {
@@ -811,7 +814,7 @@ func (l *Limiter) whileNot(win window) {
 }
 
 // pooledMean returns the mean latency of the successes in the history's
-// windows outside an overload, 0 for none. l.mu is held.
+// windows outside an overload, 0 for fewer than minSamples. l.mu is held.
 func (l *Limiter) pooledMean() int64 {
 	var sum, n int64
 	for i := range l.histN {
@@ -819,7 +822,7 @@ func (l *Limiter) pooledMean() int64 {
 			sum, n = sum+w.latSum, n+w.latN
 		}
 	}
-	if n == 0 {
+	if n < minSamples {
 		return 0
 	}
 	return sum / n
