@@ -253,9 +253,8 @@ func (c *Config) resolve() error {
 // where base is the lowest mean latency of successful requests over the
 // last 128 windows before the overload (until a window has had enough
 // successes for a mean, the mean of all of them: see whileNot; followed
-// up to 8 times while
-// overloaded, for a server that became slower rather than queued: see
-// followService), and, when the request has a deadline, expected <= its
+// up to 8 times while overloaded, for a server that became slower rather
+// than queued: see followService), and, when the request has a deadline, expected <= its
 // remaining time. Retries go first (Class). Overload ends after 2
 // windows in a row in which arrivals, refused ones included, did not
 // exceed completions (those served, while the server serves anything:
@@ -370,11 +369,19 @@ type window struct {
 	gone                   int64 // waited while suspect, and its caller left
 	abandoned              int64 // of done, Abandoned
 	wasted                 int64 // of abandoned, those that held their slot at least the base latency
-	mean                   int64 // of Measured latencies; 0 with fewer than minSamples
 	latSum, latN           int64 // Measured latencies: their sum (nanoseconds) and number
 	least                  int64 // the least Measured latency; 0: none
 	inflight               int64 // at its end
 	over                   bool  // the server was overloaded during it
+}
+
+// mean is the mean of w's Measured latencies, 0 with fewer than
+// minSamples of them.
+func (w *window) mean() int64 {
+	if w.latN < minSamples {
+		return 0
+	}
+	return w.latSum / w.latN
 }
 
 // reason indexes the rejection counters.
@@ -707,9 +714,8 @@ func (l *Limiter) roll(at int64) {
 	}
 	win := window{dur: max(dur, 1), arrived: d.arrived, refused: d.refused, done: d.done, gone: d.gone, abandoned: d.abandoned, wasted: d.wasted,
 		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0), latSum: d.latSum, latN: d.latN}
-	if d.latN >= minSamples {
-		win.mean = d.latSum / d.latN
-		l.lastMean.Store(win.mean)
+	if win.latN >= minSamples {
+		l.lastMean.Store(win.mean())
 	} else if d.latN > 0 && l.lastMean.Load() == 0 {
 		// No mean yet: the mean of these few stands in (admitWaiter
 		// reads it), and later windows correct it as above or below.
@@ -762,8 +768,10 @@ func (l *Limiter) timePerDone() int64 {
 func (l *Limiter) whileNot(win window) {
 	base := int64(0)
 	for i := range l.histN {
-		if w := l.recent(i); w.mean > 0 && !w.over && (base == 0 || w.mean < base) {
-			base = w.mean
+		if w := l.recent(i); !w.over {
+			if m := w.mean(); m > 0 && (base == 0 || m < base) {
+				base = m
+			}
 		}
 	}
 	if base == 0 && (l.base == 0 || l.provisional) {
@@ -801,8 +809,9 @@ func (l *Limiter) whileNot(win window) {
 	for i := l.growthRun; i < l.histN; i++ {
 		highest = max(highest, l.recent(i).inflight)
 	}
-	// A server with no base yet (no success seen) cannot tell its latency
-	// from a queue: it holds no one until it has one.
+	// A server with no base yet (fewer than minSamples successes seen)
+	// cannot tell its latency from a queue: it holds no one until it has
+	// one.
 	// Nor does a server whose requests all failed in the window: it is
 	// failing, not busy, and holding its callers would only delay their
 	// failure (or send them all at once when it recovers).
