@@ -42,7 +42,9 @@ type Params struct {
 	// 4. Real overload. Capacity: the goodput of retries off at its
 	// best of PoolCallers fixed concurrencies (CapacityLength per run,
 	// CapacityDeadline per request) with a worker-pool payment (Pool).
-	// Then open-loop arrivals at each of OverFactors x capacity for
+	// Then open-loop arrivals at OverAfterFraction x capacity for
+	// OverBefore (the healthy traffic an overload meets: a spike hits a
+	// service that was serving), at each of OverFactors x capacity for
 	// OverFor and OverAfterFraction x capacity for OverAfter, every
 	// request with OverDeadline, on OverStacks; "after" is the success
 	// of the requests started in the RecoveryWithin after the overload;
@@ -57,6 +59,7 @@ type Params struct {
 	CPUStacks         []string
 	CapacityLength    time.Duration
 	CapacityDeadline  time.Duration
+	OverBefore        time.Duration
 	OverFor           time.Duration
 	OverAfter         time.Duration
 	OverAfterFraction float64
@@ -159,6 +162,7 @@ var DefaultParams = Params{
 	OverFactors:       []float64{1.5, 2, 4, 8},
 	CPUCallers:        []int{32, 128},
 	CPUFactors:        []float64{1.5, 2},
+	OverBefore:        time.Second,
 	OverFor:           5 * time.Second,
 	OverAfter:         1200 * time.Millisecond,
 	OverDeadline:      time.Second,
@@ -414,13 +418,15 @@ func (h *Harness) overload(ctx context.Context, cpu bool) error {
 		return err
 	}
 
-	fmt.Fprintf(h.Out, "Open-loop arrivals (independent of answers, the project's own generator) at each factor of capacity for %v, then %.1fx for %v; every request %s. "+
+	fmt.Fprintf(h.Out, "Open-loop arrivals (independent of answers, the project's own generator) at %.1fx of capacity for %v (the healthy traffic the overload meets), at each factor of capacity for %v, then %.1fx for %v; every request %s. "+
 		"Overload figures are over the requests that started in the overload; \"after\" over those that started in the first %v after it; median of %d interleaved runs.\n\n",
-		p.OverFor, p.OverAfterFraction, p.OverAfter, deadline(p.OverDeadline), p.RecoveryWithin, h.Runs)
+		p.OverAfterFraction, p.OverBefore, p.OverFor, p.OverAfterFraction, p.OverAfter, deadline(p.OverDeadline), p.RecoveryWithin, h.Runs)
 	t := newTable("factor", "stack", "asked (req/s)", "reached (req/s)", "success", "goodput / capacity: median (range)", "p99 of successes", "success after", "refusals", "downs", "calls at payment / request")
 	var slices []func()
 	for _, fct := range factors {
-		phases := []Phase{{Rate: fct * capacity, For: p.OverFor}, {Rate: p.OverAfterFraction * capacity, For: p.OverAfter}}
+		calm := p.OverAfterFraction * capacity
+		phases := []Phase{{Rate: calm, For: p.OverBefore}, {Rate: fct * capacity, For: p.OverFor}, {Rate: calm, For: p.OverAfter}}
+		start, end := p.OverBefore, p.OverBefore+p.OverFor
 		d := func(ctx context.Context, c *Chain) (Result, error) {
 			return OpenLoop(ctx, c.Addr(), phases, p.OverDeadline, h.OpenConns)
 		}
@@ -429,17 +435,17 @@ func (h *Harness) overload(ctx context.Context, cpu bool) error {
 		if err != nil {
 			return err
 		}
-		over := medianFigures(runs, 0, p.OverFor)
-		after := medianFigures(runs, p.OverFor, p.OverFor+p.RecoveryWithin)
+		over := medianFigures(runs, start, end)
+		after := medianFigures(runs, end, end+p.RecoveryWithin)
 		for _, s := range stacks {
 			f := over[s]
-			t.row(fmt.Sprintf("%.1fx", fct), s, rate(phases[0].Rate), rate(reached(runs[s])), pct2(f.Success),
+			t.row(fmt.Sprintf("%.1fx", fct), s, rate(phases[1].Rate), rate(reached(runs[s], 1)), pct2(f.Success),
 				ratioRange(f, capacity), ms(f.P99OK), pct2(after[s].Success), refusals(f), downs(f), fmt.Sprintf("%.3f", f.PaymentPerRequest))
 		}
 		sl := medianSlicesOf(runs, p.OverSlice)
 		slices = append(slices, func() {
 			fmt.Fprintf(h.Out, "%.1fx: ", fct)
-			h.sliceTable(stacks, sl, p.OverSlice, p.OverFor, "success, goodput / capacity and p99 of successes", func(x Slice) string {
+			h.sliceTable(stacks, sl, p.OverSlice, end, "success, goodput / capacity and p99 of successes", func(x Slice) string {
 				p99 := "-" // no success
 				if x.P99OK > 0 {
 					p99 = ms(x.P99OK)
@@ -480,13 +486,13 @@ func (h *Harness) capacityOf(ctx context.Context, spec func(string) ChainSpec, c
 	return capacity, nil
 }
 
-// reached returns the median over runs of the overload phase's arrival
-// rate reached.
-func reached(runs []Run) float64 {
+// reached returns the median over runs of phase i's arrival rate
+// reached.
+func reached(runs []Run, i int) float64 {
 	var v []float64
 	for _, r := range runs {
-		if len(r.Phases) > 0 {
-			v = append(v, r.Phases[0].Reached)
+		if len(r.Phases) > i {
+			v = append(v, r.Phases[i].Reached)
 		}
 	}
 	return medianOf(v)

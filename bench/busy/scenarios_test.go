@@ -60,6 +60,7 @@ func testParams(t *testing.T) Params {
 		// overload, all of it was served, and nothing was shed (4 of 4
 		// runs beside the interceptor tests; at 4x, 3 of 3 pass).
 		OverFactors:       []float64{4},
+		OverBefore:        250 * time.Millisecond,
 		OverFor:           time.Second,
 		OverAfter:         500 * time.Millisecond,
 		OverDeadline:      time.Second,
@@ -253,8 +254,8 @@ func TestScenarioOverload(t *testing.T) {
 				if strings.HasPrefix(name, "overload capacity") {
 					continue
 				}
-				if len(r.Phases) != 2 || r.Phases[0].Reached <= 0 {
-					t.Errorf("%s, %s: phases %+v, want two with arrivals", name, r.Stack, r.Phases)
+				if len(r.Phases) != 3 || r.Phases[0].Reached <= 0 || r.Phases[1].Reached <= 0 {
+					t.Errorf("%s, %s: phases %+v, want three (before, overload, after) with arrivals", name, r.Stack, r.Phases)
 				}
 			}
 		}
