@@ -90,4 +90,3 @@ func runSlow(w io.Writer, seed uint64) error {
 	t.write(w)
 	return nil
 }
-
