@@ -52,8 +52,7 @@ func runSlow(w io.Writer, seed uint64) error {
 	}
 	results := make([]bench.Slow, len(stacks))
 	for i, rs := range runs {
-		slices.SortFunc(rs, func(a, b bench.Slow) int { return cmp.Compare(a.Goodput, b.Goodput) })
-		results[i] = rs[len(rs)/2]
+		results[i] = medianSlow(rs)
 	}
 	fmt.Fprintf(w, "### Slow dependency: %d req/s open-loop; payment serves from %d workers with a FIFO queue that ignores cancellation, %v per call (%d/s), %v per call (%d/s) for %v after %v; user deadline %v\n\n",
 		p.Rate, p.Workers, p.Service, int(float64(p.Workers)/p.Service.Seconds()), p.SlowService, int(float64(p.Workers)/p.SlowService.Seconds()), p.SlowFor, p.SlowBefore, p.Deadline)
@@ -69,7 +68,7 @@ func runSlow(w io.Writer, seed uint64) error {
 		if d := r.Recovery(); d >= 0 {
 			rec = ms(d)
 		}
-		rs := runs[i]
+		rs := runs[i] // sorted by medianSlow
 		t.row(s.Name, fmt.Sprintf("%s (%s-%s)", pct(r.Goodput), pct(rs[0].Goodput), pct(rs[len(rs)-1].Goodput)), pct(r.After.Success()), rec, pct(r.Last.Success()), opens(s, r.Opens))
 	}
 	t.write(w)
@@ -89,4 +88,12 @@ func runSlow(w io.Writer, seed uint64) error {
 	}
 	t.write(w)
 	return nil
+}
+
+// medianSlow sorts runs by the share served and returns the median one
+// (the upper of the two middle ones for an even count). runs is not
+// empty.
+func medianSlow(runs []bench.Slow) bench.Slow {
+	slices.SortFunc(runs, func(a, b bench.Slow) int { return cmp.Compare(a.Goodput, b.Goodput) })
+	return runs[len(runs)/2]
 }
