@@ -254,11 +254,11 @@ func (c *Config) resolve() error {
 // last 128 windows before the overload (until a window has had enough
 // successes for a mean, the mean of all of them: see whileNot; followed
 // up to 8 times while overloaded, for a server that became slower rather
-// than queued: see followService), and, when the request has a deadline, expected <= its
-// remaining time. Retries go first (Class). Overload ends after 2
-// windows in a row in which arrivals, refused ones included, did not
-// exceed completions (those served, while the server serves anything:
-// see whileOverloaded).
+// than queued: see followService), and, when the request has a deadline,
+// expected <= its remaining time. Retries go first (Class). Overload
+// ends after 2 windows in a row in which arrivals, refused ones
+// included, did not exceed completions (those served, while the server
+// serves anything: see whileOverloaded).
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
@@ -716,10 +716,10 @@ func (l *Limiter) roll(at int64) {
 		inflight: l.inflight.Load(), over: l.overloaded.Load(), least: l.least.Swap(0), latSum: d.latSum, latN: d.latN}
 	if win.latN >= minSamples {
 		l.lastMean.Store(win.mean())
-	} else if d.latN > 0 && l.lastMean.Load() == 0 {
+	} else if win.latN > 0 && l.lastMean.Load() == 0 {
 		// No mean yet: the mean of these few stands in (admitWaiter
 		// reads it), and later windows correct it as above or below.
-		l.lastMean.Store(d.latSum / d.latN)
+		l.lastMean.Store(win.latSum / win.latN)
 	} else if last := l.lastMean.Load(); last > 0 && win.least > last {
 		// Too few successes for a mean, but even the fastest of them
 		// took longer: the mean of before is stale (a server that became

@@ -17,12 +17,12 @@ import (
 // under a key of its own type; ValueFromIncomingContext asks the context
 // for that key, so asking it once through a context that records the key
 // it is asked for gives us the key, and ctx.Value(key) the map itself,
-// which we only read. The keys gRPC delivers are lower case (HTTP/2 header names are,
-// and metadata.New, Pairs and AppendToOutgoingContext lower-case theirs),
-// so that a lookup by our lower-case keys finds them. (A hand-built
-// metadata.MD with an upper-case key, given to NewIncomingContext in
-// process, is not read: such a key reads as absent, like a header that
-// HTTP/2 would have refused.)
+// which we only read. The keys gRPC delivers are lower case (HTTP/2
+// header names are, and metadata.New, Pairs and AppendToOutgoingContext
+// lower-case theirs), so that a lookup by our lower-case keys finds
+// them. (A hand-built metadata.MD with an upper-case key, given to
+// NewIncomingContext in process, is not read: such a key reads as
+// absent, like a header that HTTP/2 would have refused.)
 //
 // Should a grpc-go release keep the metadata otherwise, the check in
 // init finds it and every lookup goes through ValueFromIncomingContext
