@@ -40,8 +40,8 @@ const (
 	rateWindows = 4
 	// historyWindows windows are remembered: the most requests in flight
 	// over them, which a growth must exceed (a closed loop only ever
-	// returns to its own number of callers), and the lowest latency, the
-	// base.
+	// returns to its own number of callers), and the mean latency of
+	// their successes, the base.
 	historyWindows = 128
 	// minEvents arrivals and completions end a window early enough to
 	// count; a window with fewer lasts up to maxWindows windows.
@@ -49,6 +49,9 @@ const (
 	maxWindows = 8
 	// minSamples latencies make a window's mean a candidate for the base.
 	minSamples = 4
+	// modelSamples served requests admitted by the overload rule are
+	// enough to check its model of the server (checkModel).
+	modelSamples = 16
 	// baseDrift bounds how far the base follows the server's latency
 	// while it is overloaded; it follows only a least latency above the
 	// base plus followMargin targets, for followFor windows before it is
@@ -250,12 +253,14 @@ func (c *Config) resolve() error {
 //
 // (Little's law, for a server that serves in order or shares its CPU),
 // and admits it when expected <= base + Target x share of its class,
-// where base is the lowest mean latency of successful requests over the
-// last 128 windows before the overload (until a window has had enough
-// successes for a mean, the mean of all of them: see whileNot; followed
-// up to 8 times while overloaded, for a server that became slower rather
-// than queued: see followService), and, when the request has a deadline,
-// expected <= its remaining time. Retries go first (Class). Overload
+// where base is the mean latency of the successful requests of the last
+// 128 windows before the overload (see whileNot; followed up to 8 times
+// while overloaded, for a server that became slower rather than queued:
+// see followService; raised to what the requests the rule admitted took,
+// when that exceeds what it expected for them by more than the target:
+// a server that waits rather than queues, see checkModel), and, when the
+// request has a deadline, expected <= its remaining time. Retries go
+// first (Class). Overload
 // ends after 2 windows in a row in which arrivals, refused ones
 // included, did not exceed completions (those served, while the server
 // serves anything: see whileOverloaded).
@@ -317,35 +322,40 @@ type Limiter struct {
 	judging    atomic.Pointer[judgement]     // followService's judgement; never nil
 	waitingN   atomic.Int64                  // requests in the queue or about to enter it
 	rejected   [numReasons]atomic.Int64
+	// The requests admitted by the overload rule and served since the
+	// last model check (checkModel): what they took and what the rule
+	// expected for them (nanoseconds, summed), and how many.
+	modelTook, modelExpected, modelN atomic.Int64
 
 	q  queue
 	sq suspectQueue
 
 	mu sync.Mutex
 	// Guarded by mu.
-	winStart    int64
-	last        snapshot // the counters at winStart
-	hist        [historyWindows]window
-	histN       int // windows recorded, up to historyWindows
-	histAt      int // index of the next one
-	growthRun   int
-	calmRun     int
-	base        int64 // nanoseconds
-	overSince   int64 // windows since the overload started
-	following   bool  // the base follows the server's latency (followService)
-	followed    int64 // windows it has followed
-	followTo    int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
-	judged      int64 // windows since the judgement started
-	probing     bool
-	probeMid    int64 // offered arrivals at the probe's half-way point
-	probeStart  snapshot
-	probeRate   float64                // offered arrivals per nanosecond before the probe
-	suspectFor  int64                  // windows since the server became suspect in which its completions did not grow
-	suspectAll  int64                  // windows since the server became suspect
-	suspectMax  int64                  // suspectFor windows it may stay suspect before it is overloaded
-	suspectIn   int64                  // in flight when it became suspect
-	held        [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
-	provisional bool                   // base is pooled over windows with too few successes (whileNot)
+	winStart   int64
+	last       snapshot // the counters at winStart
+	hist       [historyWindows]window
+	histN      int // windows recorded, up to historyWindows
+	histAt     int // index of the next one
+	growthRun  int
+	calmRun    int
+	base       int64 // nanoseconds
+	overSince  int64 // windows since the overload started
+	following  bool  // the base follows the server's latency (followService)
+	followed   int64 // windows it has followed
+	followTo   int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
+	judged     int64 // windows since the judgement started
+	probing    bool
+	probeMid   int64 // offered arrivals at the probe's half-way point
+	probeStart snapshot
+	probeRate  float64                // offered arrivals per nanosecond before the probe
+	suspectFor int64                  // windows since the server became suspect in which its completions did not grow
+	suspectAll int64                  // windows since the server became suspect
+	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
+	suspectIn  int64                  // in flight when it became suspect
+	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
+	floor      int64                  // a base that checkModel found, kept by whileNot for floorFor more windows
+	floorFor   int64
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -503,8 +513,14 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	if at >= l.winEnd.Load() {
 		l.roll(at)
 	}
+	var exp int64 // what the overload rule expects for the request
 	for {
-		p, w, err := l.gate(queue, c, deadline, at)
+		var (
+			p   Permit
+			w   *suspectWaiter
+			err error
+		)
+		p, w, exp, err = l.gate(queue, c, deadline, at)
 		if err != nil {
 			if queue {
 				l.holdRefusal(ctx)
@@ -526,10 +542,11 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	}
 	if l.capAll == 0 {
 		l.inflight.Add(1)
-		return Permit{l: l, start: at}, nil
+		return Permit{l: l, start: at, expected: exp}, nil
 	}
 	if l.cfg.QueueSize == 0 || l.waiting() == 0 {
 		if p, ok := l.take(c, at); ok {
+			p.expected = exp
 			return p, nil
 		}
 		if l.cfg.QueueSize == 0 {
@@ -542,37 +559,45 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 
 // gate applies the overload rule and the suspect phase to a request of
 // class c arriving at at: it refuses it (err), admits it (p), parks it
-// (w, with wait: see suspectWait) or passes it on to the cap (none).
-func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Permit, w *suspectWaiter, err error) {
+// (w, with wait: see suspectWait) or passes it on to the cap (none, with
+// the latency the overload rule expects for it, or 0).
+func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Permit, w *suspectWaiter, expected int64, err error) {
 	switch {
 	case l.overloaded.Load():
-		if err := l.overload(c, deadline, l.wall(at)); err != nil {
+		expected, err := l.overload(c, deadline, l.wall(at))
+		if err != nil {
 			l.refused.Add(1)
-			return Permit{}, nil, err
+			return Permit{}, nil, 0, err
 		}
+		return Permit{}, nil, expected, nil
 	case wait && l.suspect.Load():
-		return l.suspectEnter(at)
+		p, w, err := l.suspectEnter(at)
+		return p, w, 0, err
 	}
-	return Permit{}, nil, nil
+	return Permit{}, nil, 0, nil
 }
 
-// overload applies the overload rule to a request of class c: nil to
-// admit it, or the reason to refuse it.
-func (l *Limiter) overload(c Class, deadline, now time.Time) error {
+// overload applies the overload rule to a request of class c: the
+// latency it expects for it (0: nothing to expect) and nil to admit it,
+// or the reason to refuse it.
+func (l *Limiter) overload(c Class, deadline, now time.Time) (int64, error) {
 	per := l.perDone.Load()
 	if per == 0 {
-		return nil // nothing completed lately: nothing to expect
+		// Nothing completed lately: the rule cannot tell what is
+		// queued; a request admitted now expects what one without a
+		// queue takes.
+		return l.baseNow.Load(), nil
 	}
 	expected := (l.inflight.Load() + 1) * per
 	if !deadline.IsZero() && int64(deadline.Sub(now)) < expected {
 		l.rejected[reasonDeadline].Add(1)
-		return ErrDeadline
+		return 0, ErrDeadline
 	}
 	if expected > l.threshold[c].Load() {
 		l.rejected[reasonOverload].Add(1)
-		return ErrOverload
+		return 0, ErrOverload
 	}
-	return nil
+	return expected, nil
 }
 
 // holdRefusal waits, while a probe runs, until it ends or ctx does, so
@@ -636,6 +661,9 @@ const (
 type Permit struct {
 	l     *Limiter
 	start int64
+	// expected: the latency the overload rule expected when it admitted
+	// the request (see checkModel); 0 for one admitted without it.
+	expected int64
 }
 
 // Release ends the request: it frees its slot and counts it as Outcome
@@ -664,6 +692,11 @@ func (p Permit) Release(o Outcome) {
 			lower(&l.least, rtt)
 			if j := l.judging.Load(); p.start >= j.from {
 				lower(&j.least, rtt)
+			}
+			if p.expected > 0 {
+				l.modelTook.Add(rtt)
+				l.modelExpected.Add(p.expected)
+				l.modelN.Add(1)
 			}
 		} else if o == Failed {
 			l.failed.Add(1)
@@ -766,29 +799,25 @@ func (l *Limiter) timePerDone() int64 {
 // whileNot is the window's end while the server is not overloaded: the
 // base, and the start of an overload. l.mu is held.
 func (l *Limiter) whileNot(win window) {
-	base := int64(0)
-	for i := range l.histN {
-		if w := l.recent(i); !w.over {
-			if m := w.mean(); m > 0 && (base == 0 || m < base) {
-				base = m
-			}
-		}
-	}
-	if base == 0 && (l.base == 0 || l.provisional) {
-		// No window has had minSamples successes: a server that
-		// completes fewer per window, or has just started. Once the
-		// history holds minSamples successes in all, their mean stands
-		// in until a window's mean replaces it. Without it, a server of
-		// 2 workers at 8 ms never had a base while overloaded (p99 266
-		// ms for the whole overload; TestColdOpenLoopOverload). Not
-		// from fewer: a base from the first success or two made a
-		// cold server suspect in a load test's ramp, and held its
-		// callers (p99 at 128 callers 1.2x), for the sake of the first
-		// half second of an open-loop overload met cold.
-		base = l.pooledMean()
-		l.provisional = true
-	} else {
-		l.provisional = false
+	// The base is the mean latency of all the successes in the history,
+	// not the least of the windows' means: a window holds a few
+	// successes, and where latencies spread (a handler that waits on a
+	// dependency or a database) the least of 128 such means is a
+	// fraction of the mean. Little's law's expected latency is a mean,
+	// so against a base of a quarter of it a server that queued nothing
+	// looked overloaded once it was, and refused until its admitted
+	// requests were too few to keep it busy, for as long as the load
+	// lasted: 64 workers of 100 ms on average (exponential), after 3 s
+	// at twice their capacity, served 0.22x of it during the overload
+	// and refused 91 % of the half load after it
+	// (TestSpreadLatencyOverloadEnds). Not from fewer than minSamples
+	// successes: a base from the first success or two made a cold
+	// server suspect in a load test's ramp, and held its callers (p99
+	// at 128 callers 1.2x).
+	base := l.pooledMean()
+	if l.floorFor > 0 {
+		l.floorFor--
+		base = max(base, l.floor)
 	}
 	if base != 0 && base != l.base {
 		// With no sample in the history (an outage whose requests all
@@ -910,6 +939,7 @@ func completions(w window, served bool) int64 {
 // cancelled) kept an overload from ever ending by what was served.
 func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.overSince++
+	l.checkModel()
 	l.followService()
 	served := l.servedLately() && l.refusedLately()
 	if calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served) {
@@ -991,6 +1021,41 @@ func (l *Limiter) followService() {
 		base = min(least, l.followTo, baseDrift*l.base)
 	}
 	l.publishThresholds(base)
+}
+
+// checkModel checks the overload rule's model of the server against what
+// the requests it admitted took: Little's law expects (in flight + 1) x
+// (time per completion) of a server that queues, whose completion rate
+// is its capacity, and so whose requests take longer the more are in
+// flight. A server that waits (on a dependency, a database), with room
+// for more, completes in proportion to what it is given, and its
+// requests take their latency whatever is in flight; with a base below
+// that latency (the mean of its first, fastest answers at a cold start:
+// a spread latency's slowest have not come back yet) the rule refuses
+// until too few are admitted to keep it busy, and its completions fall
+// with them: it would stay overloaded for as long as the load lasts
+// (TestWaitingServerColdStartEnds: a server waiting 100 ms on average
+// refused 92 % of an open loop at 1 000/s from its third second on).
+// So once modelSamples admitted requests were served, if they took more
+// on average than the rule expected for them plus the target, the rule
+// does not describe the server: its base becomes what they took, and
+// whileNot keeps it as the least base for historyWindows windows after
+// the overload, while the history of before still holds the early
+// answers. A server that queues takes what the rule expects (that is
+// what admitting by it means) and keeps its base. l.mu is held.
+func (l *Limiter) checkModel() {
+	n := l.modelN.Load()
+	if n < modelSamples {
+		return
+	}
+	took, expected := l.modelTook.Swap(0), l.modelExpected.Swap(0)
+	l.modelN.Add(-n) // the few served since the loads count next time
+	if took/n <= expected/n+int64(l.cfg.Target) {
+		return
+	}
+	if base := took / n; base > l.base {
+		l.base, l.floor, l.floorFor = base, base, historyWindows
+	}
 }
 
 // startJudging starts a judgement of followService: the least latency of
@@ -1105,9 +1170,9 @@ type Stats struct {
 	Overloaded bool
 	// Latency is Limiter.Latency: what a new request can expect.
 	Latency time.Duration
-	// Base is the lowest mean latency of successful requests over the
-	// recent windows before any overload (see Limiter): the server's
-	// latency without a queue, to which the target is added.
+	// Base is the mean latency of the successful requests of the recent
+	// windows before any overload (see Limiter): the server's latency
+	// without a queue, to which the target is added.
 	Base time.Duration
 	// Queue is the number of requests waiting in the queue (Wait).
 	Queue int

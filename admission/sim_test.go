@@ -223,7 +223,7 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 	if at >= s.l.winEnd.Load() {
 		s.l.roll(at)
 	}
-	p, w, err := s.l.gate(true, class, dl, at)
+	p, w, _, err := s.l.gate(true, class, dl, at)
 	switch {
 	case w != nil:
 		s.l.admitBefore(w, class, dl) // its timer, as await sets it

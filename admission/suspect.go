@@ -223,6 +223,9 @@ func (l *Limiter) whileSuspect(win window) {
 		return
 	}
 	l.suspect.Store(false)
+	l.modelTook.Store(0)
+	l.modelExpected.Store(0)
+	l.modelN.Store(0)
 	l.overloaded.Store(true)
 	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
 	l.following = false
