@@ -82,6 +82,27 @@ type Params struct {
 	OutageShown    time.Duration
 	OutageSlice    time.Duration
 	OutageDeadline time.Duration
+
+	// 6. Latency that spreads (each request's time drawn from an
+	// exponential distribution, as a dependency's or a database's
+	// spreads). overload-spread: the overload of 4 (its phases and
+	// deadline) with a worker-pool payment whose hold spreads
+	// (SpreadPool), capacity at SpreadCallers, at SpreadFactors.
+	// start-spread: payment waits StartWork (spread, no pool: a server
+	// that never queues, and the tiers above it wait on it), and
+	// open-loop arrivals at StartRate begin right after the warm-up (a
+	// new replica, a deploy) for StartFor, each request with
+	// StartDeadline; slices of StartSlice.
+	SpreadPool    Work
+	SpreadCallers []int
+	SpreadFactors []float64
+	SpreadStacks  []string
+	StartWork     Work
+	StartRate     float64
+	StartFor      time.Duration
+	StartDeadline time.Duration
+	StartSlice    time.Duration
+	StartStacks   []string
 }
 
 // CapVariant is one table of scenario 1: payment's random failures and
@@ -188,6 +209,17 @@ var DefaultParams = Params{
 	OutageShown:    time.Second,
 	OutageSlice:    500 * time.Millisecond,
 	OutageDeadline: time.Second,
+
+	SpreadPool:    Work{Workers: 16, Hold: 50 * time.Millisecond, Spread: true},
+	SpreadCallers: []int{16, 32, 64},
+	SpreadFactors: []float64{2},
+	SpreadStacks:  []string{baseline, "recommended", "recommended-health"},
+	StartWork:     Work{Wait: 100 * time.Millisecond, Spread: true},
+	StartRate:     400,
+	StartFor:      6 * time.Second,
+	StartDeadline: time.Second,
+	StartSlice:    500 * time.Millisecond,
+	StartStacks:   []string{baseline, "recommended", "recommended-health"},
 }
 
 // The descriptions of the outage cases.
@@ -218,7 +250,7 @@ func Quick(p Params) Params {
 }
 
 // Scenarios are the scenario names, for the filter.
-var Scenarios = []string{"capacity", "slow", "replicas", "overload", "overload-cpu", "outage"}
+var Scenarios = []string{"capacity", "slow", "replicas", "overload", "overload-cpu", "outage", "overload-spread", "start-spread"}
 
 // Run runs the scenarios whose name matches only.
 func (h *Harness) Run(ctx context.Context, only *regexp.Regexp) error {
@@ -229,9 +261,11 @@ func (h *Harness) Run(ctx context.Context, only *regexp.Regexp) error {
 		{"capacity", h.capacity},
 		{"slow", h.slow},
 		{"replicas", h.replicas},
-		{"overload", func(ctx context.Context) error { return h.overload(ctx, false) }},
-		{"overload-cpu", func(ctx context.Context) error { return h.overload(ctx, true) }},
+		{"overload", func(ctx context.Context) error { return h.overload(ctx, overloadPool) }},
+		{"overload-cpu", func(ctx context.Context) error { return h.overload(ctx, overloadCPU) }},
 		{"outage", h.outage},
+		{"overload-spread", func(ctx context.Context) error { return h.overload(ctx, overloadSpread) }},
+		{"start-spread", h.startSpread},
 	} {
 		if only == nil || only.MatchString(sc.name) {
 			if err := sc.run(ctx); err != nil {
@@ -397,18 +431,34 @@ func (h *Harness) sliceTable(stacks []string, sl map[string][]Slice, width, mark
 	t.write(h.Out)
 }
 
+// The payments of the overload scenarios.
+const (
+	overloadPool   = iota // 4: a worker pool
+	overloadCPU           // 4b: CPU-bound
+	overloadSpread        // 6: a worker pool whose hold spreads
+)
+
 // overload is scenario 4: open-loop arrivals beyond the chain's
-// capacity, then below it. cpu: payment burns CPU instead of waiting
-// for a worker (report only: 2 cores bound what any shedder can keep).
-func (h *Harness) overload(ctx context.Context, cpu bool) error {
+// capacity, then below it, with the payment of kind: a worker pool, a
+// CPU-bound one (report only: 2 cores bound what any shedder can keep),
+// or a worker pool whose hold spreads (6).
+func (h *Harness) overload(ctx context.Context, kind int) error {
 	p := h.Params
 	stacks := h.stacks(p.OverStacks)
 	pay, callers, factors := p.Pool, p.PoolCallers, p.OverFactors
 	title := fmt.Sprintf("## 4. Real overload: worker-pool payment (%d workers, each request holds one for %v)\n\n", p.Pool.Workers, p.Pool.Hold)
-	if cpu {
+	suffix := ""
+	switch kind {
+	case overloadCPU:
 		pay, callers, factors = Work{CPU: p.CPUUnits}, p.CPUCallers, p.CPUFactors
 		stacks = h.stacks(p.CPUStacks)
 		title = fmt.Sprintf("## 4b. Real overload, CPU-bound payment (%v of CPU per request; report only)\n\n", p.CPU)
+		suffix = "-cpu"
+	case overloadSpread:
+		pay, callers, factors = p.SpreadPool, p.SpreadCallers, p.SpreadFactors
+		stacks = h.stacks(p.SpreadStacks)
+		title = fmt.Sprintf("## 6. Latency that spreads: the overload of 4 with a worker-pool payment (%d workers, each request holds one for %v on average, exponentially distributed)\n\n", pay.Workers, pay.Hold)
+		suffix = "-spread"
 	}
 	spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{pay}} }
 	fmt.Fprint(h.Out, title)
@@ -430,7 +480,7 @@ func (h *Harness) overload(ctx context.Context, cpu bool) error {
 		d := func(ctx context.Context, c *Chain) (Result, error) {
 			return OpenLoop(ctx, c.Addr(), phases, p.OverDeadline, h.OpenConns)
 		}
-		name := fmt.Sprintf("overload%s %.1fx", map[bool]string{true: "-cpu"}[cpu], fct)
+		name := fmt.Sprintf("overload%s %.1fx", suffix, fct)
 		runs, err := h.runCase(ctx, name, stacks, spec, d)
 		if err != nil {
 			return err
@@ -458,6 +508,38 @@ func (h *Harness) overload(ctx context.Context, cpu bool) error {
 	for _, f := range slices {
 		f()
 	}
+	return nil
+}
+
+// startSpread is the second case of scenario 6: open-loop traffic meets
+// a chain right after its warm-up, payment waiting (never queueing) a
+// latency that spreads, the tiers above waiting on it.
+func (h *Harness) startSpread(ctx context.Context) error {
+	p := h.Params
+	stacks := h.stacks(p.StartStacks)
+	fmt.Fprintf(h.Out, "## 6b. Latency that spreads: open-loop traffic meets a chain that waits\n\n"+
+		"Payment waits %v per request on average (exponentially distributed; no pool: it never queues), gateway and order wait on it. "+
+		"Open-loop arrivals at %.0f req/s from right after the warm-up (a new replica, a deploy) for %v, %s; median of %d interleaved runs. "+
+		"Nothing is overloaded: every refusal is one too many.\n\n",
+		p.StartWork.Wait, p.StartRate, p.StartFor, deadline(p.StartDeadline), h.Runs)
+	spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{p.StartWork}} }
+	phases := []Phase{{Rate: p.StartRate, For: p.StartFor}}
+	d := func(ctx context.Context, c *Chain) (Result, error) {
+		return OpenLoop(ctx, c.Addr(), phases, p.StartDeadline, h.OpenConns)
+	}
+	runs, err := h.runCase(ctx, "start-spread", stacks, spec, d)
+	if err != nil {
+		return err
+	}
+	all := medianFigures(runs, 0, p.StartFor)
+	later := medianFigures(runs, 2*time.Second, p.StartFor)
+	t := newTable("stack", "reached (req/s)", "success", "success from 2 s", "p99 of successes", "refusals", "downs", "calls at payment / request")
+	for _, s := range stacks {
+		f := all[s]
+		t.row(s, rate(reached(runs[s], 0)), pct2(f.Success), pct2(later[s].Success), ms(f.P99OK), refusals(f), downs(f), fmt.Sprintf("%.3f", f.PaymentPerRequest))
+	}
+	t.write(h.Out)
+	h.sliceTable(stacks, medianSlicesOf(runs, p.StartSlice), p.StartSlice, 0, "success", func(sl Slice) string { return pct(sl.Success) })
 	return nil
 }
 

@@ -83,12 +83,29 @@ func testParams(t *testing.T) Params {
 		OutageShown:    200 * time.Millisecond,
 		OutageSlice:    200 * time.Millisecond,
 		OutageDeadline: 5 * time.Second,
+
+		SpreadPool:    Work{Workers: 8, Hold: 50 * time.Millisecond, Spread: true},
+		SpreadCallers: []int{8},
+		SpreadFactors: []float64{4},
+		SpreadStacks:  []string{baseline, "recommended"},
+		StartWork:     Work{Wait: 100 * time.Millisecond, Spread: true},
+		StartRate:     300,
+		StartFor:      4 * time.Second,
+		StartDeadline: time.Second,
+		StartSlice:    500 * time.Millisecond,
+		StartStacks:   []string{baseline, "recommended"},
 	}
 }
 
 // runScenario runs the scenarios matching only and returns the output
 // and the runs of each case.
 func runScenario(t *testing.T, only string) (string, map[string]map[string][]Run) {
+	t.Helper()
+	return runScenarioWith(t, only, testParams(t))
+}
+
+// runScenarioWith is runScenario with p.
+func runScenarioWith(t *testing.T, only string, p Params) (string, map[string]map[string][]Run) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -98,7 +115,7 @@ func runScenario(t *testing.T, only string) (string, map[string]map[string][]Run
 		Launcher: testLauncher(t),
 		Load:     GoLoad{},
 		Runs:     1,
-		Params:   testParams(t),
+		Params:   p,
 		Seed:     1,
 		Out:      &out,
 		OnCase:   func(name string, runs map[string][]Run) { cases[name] = runs },
@@ -110,6 +127,18 @@ func runScenario(t *testing.T, only string) (string, map[string]map[string][]Run
 		t.Fatal("no case ran")
 	}
 	return out.String(), cases
+}
+
+// checkAll is checkRun for every run of every case.
+func checkAll(t *testing.T, cases map[string]map[string][]Run, payments int) {
+	t.Helper()
+	for name, runs := range cases {
+		for _, rs := range runs {
+			for _, r := range rs {
+				checkRun(t, name, r, payments)
+			}
+		}
+	}
 }
 
 // checkRun checks what holds for every run of the harness: every process
@@ -156,13 +185,7 @@ func checkTables(t *testing.T, out string, tables int) {
 
 func TestScenarioCapacity(t *testing.T) {
 	out, cases := runScenario(t, "^capacity$")
-	for name, runs := range cases {
-		for _, rs := range runs {
-			for _, r := range rs {
-				checkRun(t, name, r, 1)
-			}
-		}
-	}
+	checkAll(t, cases, 1)
 	checkTables(t, out, 1)
 	// 10 % random failures at 8 callers: retried away, and no one refused
 	// or marked down.
@@ -194,13 +217,7 @@ func only(t *testing.T, runs map[string][]Run, stack string) Figures {
 
 func TestScenarioSlow(t *testing.T) {
 	out, cases := runScenario(t, "^slow$")
-	for name, runs := range cases {
-		for _, rs := range runs {
-			for _, r := range rs {
-				checkRun(t, name, r, 1)
-			}
-		}
-	}
+	checkAll(t, cases, 1)
 	checkTables(t, out, 1)
 	for name, runs := range cases {
 		f, off := only(t, runs, "recommended"), only(t, runs, baseline)
@@ -353,4 +370,57 @@ func checkOutage(t *testing.T, name string, r Run, kill bool) {
 	if okBefore == 0 || failedIn == 0 || okAfter == 0 {
 		t.Errorf("%s, none: %d answered before down, %d in the outage, %d OK after back: want some of each", name, okBefore, failedIn, okAfter)
 	}
+}
+
+// TestScenarioStartSpread: open-loop traffic meets a chain whose payment
+// waits (never queues) a latency that spreads, right after the warm-up.
+// Nothing is overloaded. Its first latencies' worth can look like an
+// overload to admission control (see admission's
+// TestWaitingServerColdStartEnds), but from 2.5 s on, nothing may be
+// refused: before, the recommended stack served about a tenth of the
+// traffic for as long as it lasted.
+func TestScenarioStartSpread(t *testing.T) {
+	out, cases := runScenario(t, "^start-spread$")
+	if len(cases) != 1 {
+		t.Fatalf("%d cases, want one", len(cases))
+	}
+	checkAll(t, cases, 1)
+	for name, runs := range cases {
+		off, rec := runs[baseline][0], runs["recommended"][0]
+		late := func(r Run) Figures { return figures(r, 2500*time.Millisecond, r.Length) }
+		if f, o := late(rec), late(off); f.Success < 0.95 || f.Success < o.Success-0.05 {
+			t.Errorf("%s, recommended: success %.4f from 2.5 s on (none %.4f), want >= 0.95\n%s", name, f.Success, o.Success, out)
+		}
+	}
+	checkTables(t, out, 2) // the summary and the slices
+}
+
+// TestScenarioOverloadSpread: the overload of 4 with a worker pool whose
+// hold spreads. Recommended refuses during it, and serves the half load
+// after it: before, its base (the least of the windows' mean latencies)
+// was a fraction of the pool's mean latency, it admitted too few to
+// keep the pool busy during the overload, and refused most of the half
+// load after it.
+func TestScenarioOverloadSpread(t *testing.T) {
+	p := testParams(t)
+	p.OverAfter = 2 * time.Second // the overload's backlog drains first
+	out, cases := runScenarioWith(t, "^overload-spread$", p)
+	if len(cases) != 2 {
+		t.Fatalf("%d cases, want the capacity and one factor", len(cases))
+	}
+	checkAll(t, cases, 1)
+	for name, runs := range cases {
+		if strings.HasPrefix(name, "overload capacity") {
+			continue
+		}
+		rec := runs["recommended"][0]
+		if f := only(t, runs, "recommended"); f.Admission == 0 {
+			t.Errorf("%s, recommended: nothing shed at four times the capacity (%+v)\n%s", name, f, out)
+		}
+		end := p.OverBefore + p.OverFor
+		if f := figures(rec, end+time.Second, end+p.OverAfter); f.Success < 0.9 {
+			t.Errorf("%s, recommended: success %.4f from 1 s after the overload, at half the capacity, want >= 0.9\n%s", name, f.Success, out)
+		}
+	}
+	checkTables(t, out, 3) // capacity, the factor, the slices
 }

@@ -24,6 +24,8 @@ func TestWorkArgsRoundTrip(t *testing.T) {
 		{FailAll: true},
 		{Fail: 0.01, Wait: 30 * time.Millisecond},
 		{Workers: 4, Hold: 5 * time.Millisecond, CPU: 1234},
+		{Workers: 16, Hold: 50 * time.Millisecond, Spread: true},
+		{Wait: 100 * time.Millisecond, Spread: true},
 	} {
 		f, err := parseTierFlags(append([]string{"--tier", "payment"}, w.Args()...), &bytes.Buffer{})
 		if err != nil {
@@ -62,6 +64,34 @@ func TestTierFlagErrors(t *testing.T) {
 	err := ServeTier(context.Background(), []string{"--tier", "payment", "--stack", "nope"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "want one of") {
 		t.Errorf("unknown stack: got %v", err)
+	}
+}
+
+// Spread draws each request's wait and hold from exponential
+// distributions of their means; without it every request takes them.
+func TestWorkerSpread(t *testing.T) {
+	const wait, hold, n = 100 * time.Millisecond, 20 * time.Millisecond, 20000
+	k := newWorker(Work{Wait: wait, Workers: 4, Hold: hold, Spread: true}, 3)
+	var sumW, sumH time.Duration
+	over := 0 // waits beyond three means: 5 % of an exponential's
+	for range n {
+		w, h := k.times()
+		sumW, sumH = sumW+w, sumH+h
+		if w > 3*wait {
+			over++
+		}
+	}
+	if m := sumW / n; m < 95*time.Millisecond || m > 105*time.Millisecond {
+		t.Errorf("mean wait %v, want about %v", m, wait)
+	}
+	if m := sumH / n; m < 19*time.Millisecond || m > 21*time.Millisecond {
+		t.Errorf("mean hold %v, want about %v", m, hold)
+	}
+	if share := float64(over) / n; share < 0.04 || share > 0.06 {
+		t.Errorf("%.3f of the waits beyond three means, want about 0.05 (exponential)", share)
+	}
+	if w, h := newWorker(Work{Wait: wait, Workers: 4, Hold: hold}, 3).times(); w != wait || h != hold {
+		t.Errorf("without Spread: %v and %v, want %v and %v", w, h, wait, hold)
 	}
 }
 

@@ -43,6 +43,11 @@ type Work struct {
 	// Workers/Hold. Both 0: no pool; both or neither must be set.
 	Workers int
 	Hold    time.Duration
+	// Spread makes Wait and Hold the means of exponentially distributed
+	// times, drawn for each request: a dependency or a database whose
+	// latency spreads, as most do, rather than one that always takes
+	// the same time.
+	Spread bool
 	// CPU is the units of busy loop burnt on every request (see
 	// Calibrate: the units that take a given time on this machine).
 	// 0: none.
@@ -73,6 +78,7 @@ func (w *Work) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.Wait, "wait", 0, "sleep this `long` per request (ends when the caller leaves)")
 	fs.IntVar(&w.Workers, "workers", 0, "serve from this `many` workers (FIFO queue; needs --hold)")
 	fs.DurationVar(&w.Hold, "hold", 0, "each request holds a worker this `long` (needs --workers)")
+	fs.BoolVar(&w.Spread, "spread", false, "make --wait and --hold the means of exponentially distributed times")
 	fs.Int64Var(&w.CPU, "cpu-units", 0, "burn this `many` units of busy loop per request (see --cpu)")
 }
 
@@ -90,6 +96,9 @@ func (w Work) Args() []string {
 	}
 	if w.Workers > 0 {
 		a = append(a, "--workers", strconv.Itoa(w.Workers), "--hold", w.Hold.String())
+	}
+	if w.Spread {
+		a = append(a, "--spread")
 	}
 	if w.CPU > 0 {
 		a = append(a, "--cpu-units", strconv.FormatInt(w.CPU, 10))
@@ -134,7 +143,8 @@ func (k *worker) do(ctx context.Context) error {
 			return status.Error(codes.Unavailable, "busy: random failure")
 		}
 	}
-	if err := sleep(ctx, k.w.Wait); err != nil {
+	wait, hold := k.times()
+	if err := sleep(ctx, wait); err != nil {
 		return err
 	}
 	if k.slots != nil {
@@ -145,14 +155,28 @@ func (k *worker) do(ctx context.Context) error {
 		case <-ctx.Done():
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		hold := time.NewTimer(k.w.Hold)
-		<-hold.C
+		held := time.NewTimer(hold)
+		<-held.C
 		<-k.slots
 	}
 	if k.w.CPU > 0 {
 		sink.Store(spin(k.w.CPU))
 	}
 	return nil
+}
+
+// times returns how long one request waits and holds its worker: Wait
+// and Hold, or with Spread, times drawn from exponential distributions
+// of those means.
+func (k *worker) times() (wait, hold time.Duration) {
+	wait, hold = k.w.Wait, k.w.Hold
+	if k.w.Spread {
+		k.rngMu.Lock()
+		wait = time.Duration(k.rng.ExpFloat64() * float64(wait))
+		hold = time.Duration(k.rng.ExpFloat64() * float64(hold))
+		k.rngMu.Unlock()
+	}
+	return wait, hold
 }
 
 // setFailAll switches FailAll and returns when it did, so that a
