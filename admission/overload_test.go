@@ -642,9 +642,9 @@ func TestColdOverloadVariedService(t *testing.T) {
 // at half. Before, the base was the least of the windows' mean
 // latencies, a fraction of the mean where a window holds a few spread
 // latencies: the overload rule's Little's-law estimate (a mean) stayed
-// above base + target however few were admitted, and the server served
-// 0.22x of its capacity during the overload and refused 91 % of the half
-// load after it, for good.
+// above base + target however few were admitted, and the server was
+// admitted 101-128/s of its 640/s during the overload and refused 33-88 %
+// of the half load after it, for good.
 func TestSpreadLatencyOverloadEnds(t *testing.T) {
 	const workers, mean = 64, 100 * time.Millisecond
 	capacity := float64(workers) / mean.Seconds() // 640/s
@@ -680,9 +680,9 @@ func TestSpreadLatencyOverloadEnds(t *testing.T) {
 // traffic for as long as the traffic lasted: the overload rule expected
 // its latency (a mean) above that base plus the target however few it
 // admitted. Now the requests the rule admits show that they take longer
-// than it expected (checkModel), the base follows, and the refusals end
-// within 2.5 s. (The first second is still mostly refused: see
-// BENCHMARKS.md.)
+// than it expected, and unrelated to what it expected (checkModel), the
+// base follows, and the refusals end within 3 s. (The first 2 s are
+// still mostly refused: see BENCHMARKS.md.)
 func TestWaitingServerColdStartEnds(t *testing.T) {
 	const mean = 100 * time.Millisecond
 	for seed := uint64(1); seed <= 4; seed++ {
@@ -690,11 +690,81 @@ func TestWaitingServerColdStartEnds(t *testing.T) {
 		s.service = func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(mean)) }
 		s.open(1000, 0, 10*time.Second, time.Second)
 		s.run(12 * time.Second)
-		early, _, _ := s.in(0, 2500*time.Millisecond)
-		refused, served, _ := s.in(2500*time.Millisecond, 10*time.Second)
-		t.Logf("seed %d: refused %d in the first 2.5 s, then %d of %d", seed, early, refused, refused+served)
+		early, _, _ := s.in(0, 3*time.Second)
+		refused, served, _ := s.in(3*time.Second, 10*time.Second)
+		t.Logf("seed %d: refused %d in the first 3 s, then %d of %d", seed, early, refused, refused+served)
 		if refused != 0 {
-			t.Errorf("seed %d: %d of %d refused after the first 2.5 s of a server that never queues", seed, refused, refused+served)
+			t.Errorf("seed %d: %d of %d refused after the first 3 s of a server that never queues", seed, refused, refused+served)
+		}
+	}
+}
+
+// A server that queues (8 workers, 5 ms on average, exponentially
+// distributed) keeps its base through an open-loop overload at twice its
+// capacity, after traffic at half of it, and with it a short queue. Its
+// requests take somewhat longer than the overload rule expects (it
+// admits most where the time per completion reads short); when
+// checkModel looked at the means alone (1ac407c), the base rose check
+// after check (seed 2: to 346 ms, p99 331 ms; in the review's runs to
+// 1.5 s).
+func TestQueueingServerKeepsItsBase(t *testing.T) {
+	const workers, mean = 8, 5 * time.Millisecond
+	capacity := float64(workers) / mean.Seconds() // 1 600/s
+	for seed := uint64(1); seed <= 4; seed++ {
+		s := newSim(t, Config{}, workers, mean, seed)
+		s.service = func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(mean)) }
+		s.open(0.5*capacity, 0, 2*time.Second, 0)
+		s.open(2*capacity, 2*time.Second, 8*time.Second, 0)
+		s.run(2 * time.Second)
+		before := s.l.base
+		s.run(8 * time.Second)
+		during := s.l.base
+		_, served, p99 := s.in(2250*time.Millisecond, 8*time.Second)
+		t.Logf("seed %d: base %v before, %v at the overload's end; served %.0f/s, p99 %v", seed, time.Duration(before), time.Duration(during), float64(served)/5.75, p99)
+		if during > 2*before {
+			t.Errorf("seed %d: base %v at the overload's end, want at most twice the %v before it", seed, time.Duration(during), time.Duration(before))
+		}
+		if p99 > 100*time.Millisecond {
+			t.Errorf("seed %d: p99 %v during the overload, want <= 100ms (a queue of at most the target, 20 ms, on 5 ms requests)", seed, p99)
+		}
+	}
+}
+
+// A pause of the whole process (a GC, a CPU quota) during an overload
+// stops every completion for 300 ms: the requests admitted meanwhile
+// take the pause, which the overload rule could not expect, and are no
+// sign of how the server serves. A server of 16 workers at 20 ms keeps
+// its base through it (at 1ac407c, the requests admitted in the pause
+// counted alone, and the base jumped to 350-420 ms, p99 to 400-520 ms;
+// review of 1ac407c).
+func TestPauseKeepsTheBase(t *testing.T) {
+	const workers, service = 16, 20 * time.Millisecond
+	capacity := float64(workers) / service.Seconds() // 800/s
+	const pauseFrom, pauseTo = 3 * time.Second, 3300 * time.Millisecond
+	for seed := uint64(1); seed <= 3; seed++ {
+		s := newSim(t, Config{}, workers, service, seed)
+		s.service = func(*rand.Rand) time.Duration {
+			if s.el >= pauseFrom-service && s.el < pauseTo {
+				return pauseTo - s.el + service // it ends after the pause
+			}
+			return service
+		}
+		s.closed(workers/2, 0, 2*time.Second)
+		s.open(2*capacity, 2*time.Second, 5*time.Second, 0)
+		s.run(2 * time.Second)
+		before := s.l.base
+		s.run(5 * time.Second)
+		after := s.l.base
+		_, _, p99 := s.in(3500*time.Millisecond, 5*time.Second)
+		t.Logf("seed %d: base %v before, %v at the overload's end; p99 after the pause %v", seed, time.Duration(before), time.Duration(after), p99)
+		if after > 2*before {
+			t.Errorf("seed %d: base %v after the pause, want at most twice the %v before", seed, time.Duration(after), time.Duration(before))
+		}
+		// The rule admits everything while nothing completes, and what
+		// it admitted in the pause is served after it: 200-250 ms of
+		// p99 for a while, as before checkModel. More: the base rose.
+		if p99 > 400*time.Millisecond {
+			t.Errorf("seed %d: p99 %v after the pause, want <= 400ms", seed, p99)
 		}
 	}
 }

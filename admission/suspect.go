@@ -160,6 +160,9 @@ func (l *Limiter) throughputNeed(per int64) int64 {
 // ends it, a long enough excess of arrivals makes the server overloaded.
 // l.mu is held.
 func (l *Limiter) whileSuspect(win window) {
+	if l.floorFor > 0 {
+		l.floorFor-- // a window outside an overload, as whileNot counts
+	}
 	// The cap follows what the throughput needs as the estimate settles
 	// (at the start completions lag, and the time per completion reads
 	// long), and so does the length of the wait (read at the start, it
@@ -223,9 +226,7 @@ func (l *Limiter) whileSuspect(win window) {
 		return
 	}
 	l.suspect.Store(false)
-	l.modelTook.Store(0)
-	l.modelExpected.Store(0)
-	l.modelN.Store(0)
+	l.mdl.reset()
 	l.overloaded.Store(true)
 	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
 	l.following = false

@@ -90,7 +90,7 @@ func testParams(t *testing.T) Params {
 		SpreadStacks:  []string{baseline, "recommended"},
 		StartWork:     Work{Wait: 100 * time.Millisecond, Spread: true},
 		StartRate:     300,
-		StartFor:      4 * time.Second,
+		StartFor:      5 * time.Second,
 		StartDeadline: time.Second,
 		StartSlice:    500 * time.Millisecond,
 		StartStacks:   []string{baseline, "recommended"},
@@ -376,7 +376,7 @@ func checkOutage(t *testing.T, name string, r Run, kill bool) {
 // waits (never queues) a latency that spreads, right after the warm-up.
 // Nothing is overloaded. Its first latencies' worth can look like an
 // overload to admission control (see admission's
-// TestWaitingServerColdStartEnds), but from 2.5 s on, nothing may be
+// TestWaitingServerColdStartEnds), but from 3.5 s on, nothing may be
 // refused: before, the recommended stack served about a tenth of the
 // traffic for as long as it lasted.
 func TestScenarioStartSpread(t *testing.T) {
@@ -387,9 +387,9 @@ func TestScenarioStartSpread(t *testing.T) {
 	checkAll(t, cases, 1)
 	for name, runs := range cases {
 		off, rec := runs[baseline][0], runs["recommended"][0]
-		late := func(r Run) Figures { return figures(r, 2500*time.Millisecond, r.Length) }
+		late := func(r Run) Figures { return figures(r, 3500*time.Millisecond, r.Length) }
 		if f, o := late(rec), late(off); f.Success < 0.95 || f.Success < o.Success-0.05 {
-			t.Errorf("%s, recommended: success %.4f from 2.5 s on (none %.4f), want >= 0.95\n%s", name, f.Success, o.Success, out)
+			t.Errorf("%s, recommended: success %.4f from 3.5 s on (none %.4f), want >= 0.95\n%s", name, f.Success, o.Success, out)
 		}
 	}
 	checkTables(t, out, 2) // the summary and the slices
