@@ -17,13 +17,14 @@
 // exceeds its own remaining deadline. The latency without a queue is the
 // mean latency of the server's successes over its recent history; when
 // the requests the rule admits take longer than it expected by more than
-// the target (a server that waits on something rather than queues: its
-// requests take their latency however many are in flight), it is raised
-// to what they take. Known limit: a server whose latency spreads (a
-// gateway waiting about 100 ms on its dependency) that meets open-loop
-// traffic from cold refuses much of it for its first second or two, until
-// that correction (its first answers are its fastest); after that,
-// nothing.
+// the target, and unrelated to what it expected (a server that waits on
+// something rather than queues: its requests take their latency however
+// many are in flight), it is raised to what they take. Known limit: a
+// server whose latency spreads (a gateway waiting about 100 ms on its
+// dependency) that meets open-loop traffic from cold refuses part of it
+// for its first seconds (its first answers are its fastest, and it
+// cannot yet tell filling up from queueing); one that waits 300 ms or
+// more can stay refused.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose
 // callers have given up, and callers with per-attempt timeouts retry into
