@@ -320,6 +320,7 @@ type Limiter struct {
 	suspect    atomic.Bool // arrivals exceed completions: wait beyond suspectCap (suspect.go)
 	suspectCap atomic.Int64
 	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
+	lastPer    atomic.Int64                  // the last perDone that was not 0
 	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	baseNow    atomic.Int64                  // nanoseconds: the base the thresholds use
 	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
@@ -386,6 +387,10 @@ type window struct {
 	least                  int64 // the least Measured latency; 0: none
 	inflight               int64 // at its end
 	over                   bool  // the server was overloaded during it
+	// queued: the server was suspect at its end: what it admitted may
+	// have waited behind what it held, and its latencies are no sample
+	// of the base (pooledMean).
+	queued bool
 }
 
 // mean is the mean of w's Measured latencies, 0 with fewer than
@@ -588,8 +593,10 @@ func (l *Limiter) overload(c Class, deadline, now time.Time) (int64, error) {
 	if per == 0 {
 		// Nothing completed lately: the rule cannot tell what is
 		// queued, and admits; the request expects what one without a
-		// queue takes (for checkModel, which the rule starving the
-		// server leaves with few other samples).
+		// queue takes (for checkModel, which a rule that starves the
+		// server leaves with few other samples; a pause of the process
+		// makes these look slower than expected too, which is why
+		// checkModel wants a streak longer than what they took).
 		return l.baseNow.Load(), nil
 	}
 	expected := (l.inflight.Load() + 1) * per
@@ -762,11 +769,17 @@ func (l *Limiter) roll(at int64) {
 		l.lastMean.Store(win.least)
 	}
 	l.hist[l.histAt] = win
+	at0 := l.histAt
 	l.histAt = (l.histAt + 1) % historyWindows
 	l.histN = min(l.histN+1, historyWindows)
 	l.last, l.winStart = cur, at
 	l.winEnd.Store(at + w)
-	l.perDone.Store(l.timePerDone())
+	per := l.timePerDone()
+	l.perDone.Store(per)
+	if per > 0 {
+		l.lastPer.Store(per)
+	}
+	l.hist[at0].queued = l.suspect.Load()
 	switch {
 	case l.overloaded.Load():
 		l.whileOverloaded(win, at)
@@ -858,7 +871,7 @@ func (l *Limiter) whileNot(win window) {
 func (l *Limiter) pooledMean() int64 {
 	var sum, n int64
 	for i := range l.histN {
-		if w := l.recent(i); !w.over {
+		if w := l.recent(i); !w.over && !w.queued {
 			sum, n = sum+w.latSum, n+w.latN
 		}
 	}
@@ -1134,7 +1147,10 @@ func (m *model) take(least int64) (took, expected, n int64, r float64) {
 	mt, me := time.Duration(took).Seconds()/fn, time.Duration(expected).Seconds()/fn
 	cov := m.te/fn - mt*me
 	vt, ve := m.tt/fn-mt*mt, m.ee/fn-me*me
-	if vt > 0 && ve > 0 {
+	// Expectations that hardly vary (most admitted while nothing
+	// completed, expecting the base) cannot follow the latencies:
+	// r = 0; nor can latencies that hardly vary follow them.
+	if vt > 1e-6*mt*mt && ve > 1e-6*me*me {
 		r = cov / math.Sqrt(vt*ve)
 	}
 	m.took, m.expected, m.num, m.tt, m.ee, m.te = 0, 0, 0, 0, 0, 0
