@@ -24,7 +24,9 @@
 // dependency) that meets open-loop traffic from cold refuses part of it
 // for its first seconds (its first answers are its fastest, and it
 // cannot yet tell filling up from queueing); one that waits 300 ms or
-// more can stay refused.
+// more can stay refused; and two pauses of the whole process of a
+// second each during one overload raise the base to about what they
+// took.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose
 // callers have given up, and callers with per-attempt timeouts retry into
