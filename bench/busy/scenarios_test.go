@@ -90,7 +90,7 @@ func testParams(t *testing.T) Params {
 		SpreadStacks:  []string{baseline, "recommended"},
 		StartWork:     Work{Wait: 100 * time.Millisecond, Spread: true},
 		StartRate:     300,
-		StartFor:      5 * time.Second,
+		StartFor:      7 * time.Second,
 		StartDeadline: time.Second,
 		StartSlice:    500 * time.Millisecond,
 		StartStacks:   []string{baseline, "recommended"},
@@ -376,9 +376,11 @@ func checkOutage(t *testing.T, name string, r Run, kill bool) {
 // waits (never queues) a latency that spreads, right after the warm-up.
 // Nothing is overloaded. Its first latencies' worth can look like an
 // overload to admission control (see admission's
-// TestWaitingServerColdStartEnds), but from 3.5 s on, nothing may be
-// refused: before, the recommended stack served about a tenth of the
-// traffic for as long as it lasted.
+// TestWaitingServerColdStartEnds; over TCP its refusals ended after 3
+// to 4 s), but from 5 s on, nothing may be refused: before, the
+// recommended stack served about a tenth of the traffic for as long as
+// it lasted. (From 3.5 s of a 5 s run failed once in a fresh clone's
+// make test: 89.56 %.)
 func TestScenarioStartSpread(t *testing.T) {
 	out, cases := runScenario(t, "^start-spread$")
 	if len(cases) != 1 {
@@ -387,9 +389,9 @@ func TestScenarioStartSpread(t *testing.T) {
 	checkAll(t, cases, 1)
 	for name, runs := range cases {
 		off, rec := runs[baseline][0], runs["recommended"][0]
-		late := func(r Run) Figures { return figures(r, 3500*time.Millisecond, r.Length) }
+		late := func(r Run) Figures { return figures(r, 5*time.Second, r.Length) }
 		if f, o := late(rec), late(off); f.Success < 0.95 || f.Success < o.Success-0.05 {
-			t.Errorf("%s, recommended: success %.4f from 3.5 s on (none %.4f), want >= 0.95\n%s", name, f.Success, o.Success, out)
+			t.Errorf("%s, recommended: success %.4f from 5 s on (none %.4f), want >= 0.95\n%s", name, f.Success, o.Success, out)
 		}
 	}
 	checkTables(t, out, 2) // the summary and the slices
