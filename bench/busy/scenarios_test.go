@@ -405,7 +405,12 @@ func TestScenarioStartSpread(t *testing.T) {
 // load after it.
 func TestScenarioOverloadSpread(t *testing.T) {
 	p := testParams(t)
-	p.OverAfter = 2 * time.Second // the overload's backlog drains first
+	// Healthy traffic long enough to know the pool's latency (a
+	// quarter of a second of it, about 17 requests, left the base the
+	// mean of the fastest: the cold start's known limit, and the test
+	// failed once in a fresh clone), and an after long enough for the
+	// overload's backlog to drain.
+	p.OverBefore, p.OverAfter = 2*time.Second, 2*time.Second
 	out, cases := runScenarioWith(t, "^overload-spread$", p)
 	if len(cases) != 2 {
 		t.Fatalf("%d cases, want the capacity and one factor", len(cases))
