@@ -267,10 +267,9 @@ func (c *Config) resolve() error {
 // and does not follow what it expected, for two batches of 16 in a row:
 // a server that waits rather than queues, see checkModel), and, when the
 // request has a deadline, expected <= its remaining time. Retries go
-// first (Class). Overload
-// ends after 2 windows in a row in which arrivals, refused ones
-// included, did not exceed completions (those served, while the server
-// serves anything: see whileOverloaded).
+// first (Class). Overload ends after 2 windows in a row in which
+// arrivals, refused ones included, did not exceed completions (those
+// served, while the server serves anything: see whileOverloaded).
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
@@ -321,7 +320,6 @@ type Limiter struct {
 	suspect    atomic.Bool // arrivals exceed completions: wait beyond suspectCap (suspect.go)
 	suspectCap atomic.Int64
 	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
-	lastPer    atomic.Int64                  // the last perDone that was not 0
 	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	baseNow    atomic.Int64                  // nanoseconds: the base the thresholds use
 	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
@@ -359,7 +357,7 @@ type Limiter struct {
 	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
 	suspectIn  int64                  // in flight when it became suspect
 	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
-	floor      int64                  // a base that checkModel found, kept for floorFor more windows outside an overload
+	floor      int64                  // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
 }
 
@@ -524,12 +522,8 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	}
 	var exp int64 // what the overload rule expects for the request
 	for {
-		var (
-			p   Permit
-			w   *suspectWaiter
-			err error
-		)
-		p, w, exp, err = l.gate(queue, c, deadline, at)
+		p, w, e, err := l.gate(queue, c, deadline, at)
+		exp = e
 		if err != nil {
 			if queue {
 				l.holdRefusal(ctx)
@@ -775,12 +769,11 @@ func (l *Limiter) roll(at int64) {
 	l.histN = min(l.histN+1, historyWindows)
 	l.last, l.winStart = cur, at
 	l.winEnd.Store(at + w)
-	per := l.timePerDone()
-	l.perDone.Store(per)
-	if per > 0 {
-		l.lastPer.Store(per)
-	}
+	l.perDone.Store(l.timePerDone())
 	l.hist[at0].queued = l.suspect.Load()
+	if l.floorFor > 0 && !l.overloaded.Load() {
+		l.floorFor-- // checkModel's floor lasts historyWindows windows outside an overload
+	}
 	switch {
 	case l.overloaded.Load():
 		l.whileOverloaded(win, at)
@@ -823,16 +816,15 @@ func (l *Limiter) whileNot(win window) {
 	// so against a base of a quarter of it a server that queued nothing
 	// looked overloaded once it was, and refused until its admitted
 	// requests were too few to keep it busy, for as long as the load
-	// lasted: 64 workers of 100 ms on average (exponential), after 3 s
-	// at twice their capacity, served 0.22x of it during the overload
-	// and refused 91 % of the half load after it
-	// (TestSpreadLatencyOverloadEnds). Not from fewer than minSamples
+	// lasted: 64 workers of 100 ms on average (exponential), at twice
+	// their capacity after healthy traffic, were admitted 101-128 of
+	// their 640 requests a second and refused 33-88 % of the half load
+	// after it (TestSpreadLatencyOverloadEnds). Not from fewer than minSamples
 	// successes: a base from the first success or two made a cold
 	// server suspect in a load test's ramp, and held its callers (p99
 	// at 128 callers 1.2x).
 	base := l.pooledMean()
 	if l.floorFor > 0 {
-		l.floorFor--
 		base = max(base, l.floor)
 	}
 	if base != 0 && base != l.base {
@@ -1069,7 +1061,7 @@ func (l *Limiter) followService() {
 // In a row and for that long, because a pause of the whole process (a
 // GC, a CPU quota) makes the requests admitted around it take the pause,
 // once: counted alone, a 300 ms pause during an overload raised the base
-// of 20 ms requests to 350-420 ms (TestPauseKeepsTheBase); two pauses of
+// of 20 ms requests to 586-657 ms (TestPauseKeepsTheBase); two pauses of
 // a second each, 2 s apart, still do (a known limit). Expectations that
 // hardly vary, as those of requests admitted while nothing completed
 // (each expects the base), count as not followed (r = 0): they are a
@@ -1160,7 +1152,9 @@ func (m *model) take(least int64) (took, expected, n int64, r float64) {
 
 // reset drops the samples and the streak.
 func (m *model) reset() {
-	m.take(0)
+	m.mu.Lock()
+	m.took, m.expected, m.num, m.tt, m.ee, m.te = 0, 0, 0, 0, 0, 0
+	m.mu.Unlock()
 	m.streak = streak{}
 }
 

@@ -735,7 +735,7 @@ func TestQueueingServerKeepsItsBase(t *testing.T) {
 // take the pause, which the overload rule could not expect, and are no
 // sign of how the server serves. A server of 16 workers at 20 ms keeps
 // its base through it (at 1ac407c, the requests admitted in the pause
-// counted alone, and the base jumped to 350-420 ms, p99 to 400-520 ms;
+// counted alone, and the base jumped to 586-657 ms, p99 to 592-669 ms;
 // review of 1ac407c).
 func TestPauseKeepsTheBase(t *testing.T) {
 	const workers, service = 16, 20 * time.Millisecond

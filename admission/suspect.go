@@ -160,9 +160,6 @@ func (l *Limiter) throughputNeed(per int64) int64 {
 // ends it, a long enough excess of arrivals makes the server overloaded.
 // l.mu is held.
 func (l *Limiter) whileSuspect(win window) {
-	if l.floorFor > 0 {
-		l.floorFor-- // a window outside an overload, as whileNot counts
-	}
 	// The cap follows what the throughput needs as the estimate settles
 	// (at the start completions lag, and the time per completion reads
 	// long), and so does the length of the wait (read at the start, it
