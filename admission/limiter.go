@@ -1066,45 +1066,87 @@ func (l *Limiter) followService() {
 // hardly vary, as those of requests admitted while nothing completed
 // (each expects the base), count as not followed (r = 0): they are a
 // cold start's only evidence. The span is from the first check that
-// did not fit, so it leaves out the first batch's own time. l.mu is
-// held.
+// did not fit, so it leaves out the first batch's own time.
+//
+// A server that waits hundreds of milliseconds admits a batch of
+// modelSamples in a fraction of its latency, and sixteen samples of a
+// spread latency are too few to fail the check twice in a row: their
+// mean moves by a quarter of the latency from batch to batch, and its
+// base, somewhat below its latency, kept it refused for good (a server
+// waiting 300 ms on average, open loop at 1 000/s from cold: in 4 of 16
+// seeds still refusing after 14 s; TestSlowWaitingServerColdStartEnds).
+// So a second, long batch is judged in the same way, with its own
+// streak: it also spans twice what its requests took. l.mu is held.
 func (l *Limiter) checkModel(at int64) {
-	took, expected, n, r := l.mdl.take(modelSamples)
-	if n == 0 {
-		return
+	l.mdl.mu.Lock()
+	short := l.mdl.short.take(at, false)
+	long := l.mdl.long.take(at, true)
+	l.mdl.mu.Unlock()
+	for _, c := range []struct {
+		b  batch
+		st *streak
+	}{{short, &l.mdl.streak}, {long, &l.mdl.longStreak}} {
+		if mean := l.judgeBatch(c.b, c.st, at); mean > l.base {
+			l.base, l.floor, l.floorFor = mean, mean, historyWindows
+			l.mdl.streak, l.mdl.longStreak = streak{}, streak{}
+		}
 	}
-	if r > modelCorr || took/n <= expected/n+int64(l.cfg.Target) {
-		l.mdl.streak = streak{}
-		return
+}
+
+// judgeBatch adds batch b to the streak st of batches that did not fit
+// the rule, and returns the mean of what the streak's requests took
+// once it is long enough to raise the base, else 0 (see checkModel).
+// l.mu is held.
+func (l *Limiter) judgeBatch(b batch, st *streak, at int64) int64 {
+	if b.n == 0 {
+		return 0
 	}
-	st := &l.mdl.streak
+	if b.r > modelCorr || b.took/b.n <= b.expected/b.n+int64(l.cfg.Target) {
+		*st = streak{}
+		return 0
+	}
 	if st.checks == 0 {
 		st.since = at
 	}
 	st.checks++
-	st.took += took
-	st.n += n
+	st.took += b.took
+	st.n += b.n
 	mean := st.took / st.n
 	if st.checks < modelChecks || at-st.since < 2*mean {
-		return
+		return 0
 	}
-	l.mdl.streak = streak{}
-	if mean > l.base {
-		l.base, l.floor, l.floorFor = mean, mean, historyWindows
-	}
+	*st = streak{}
+	return mean
 }
 
 // model is checkModel's samples: the requests admitted by the overload
-// rule and served since the last check, what they took and what the
-// rule expected for them (nanoseconds, summed), and how many. Release
-// adds to it without l.mu; one lock keeps the three together.
+// rule and served, what they took and what the rule expected for them,
+// in two batches: a short one of modelSamples, and a long one that also
+// spans twice what its requests took (a server that waits hundreds of
+// milliseconds, whose short batches are too few samples of its spread
+// to fit or not fit twice in a row). Release adds to both without l.mu;
+// one lock keeps them together.
 type model struct {
-	mu                  sync.Mutex
+	mu          sync.Mutex
+	short, long sums
+	// Guarded by l.mu, not mu: the batches in a row that did not fit.
+	streak, longStreak streak
+}
+
+// sums is a batch of samples (nanoseconds, summed).
+type sums struct {
 	took, expected, num int64
 	// In seconds, for the correlation of took and expected: their
 	// squares and products, summed.
 	tt, ee, te float64
-	streak     streak // guarded by l.mu, not mu
+	from       int64 // nanoseconds since origin: when the batch began
+}
+
+// batch is a batch taken: what its requests took and what the rule
+// expected for them (summed), how many, and Pearson's r of the two.
+type batch struct {
+	took, expected, n int64
+	r                 float64
 }
 
 // streak is the checks in a row in which the server did not behave as
@@ -1117,45 +1159,49 @@ type streak struct {
 func (m *model) add(took, expected int64) {
 	t, e := time.Duration(took).Seconds(), time.Duration(expected).Seconds()
 	m.mu.Lock()
-	m.took += took
-	m.expected += expected
-	m.num++
-	m.tt += t * t
-	m.ee += e * e
-	m.te += t * e
+	m.short.add(took, expected, t, e)
+	m.long.add(took, expected, t, e)
 	m.mu.Unlock()
 }
 
-// take returns the samples and starts anew when there are at least
-// least of them; else it returns n == 0.
-func (m *model) take(least int64) (took, expected, n int64, r float64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.num < least {
-		return 0, 0, 0, 0
+func (s *sums) add(took, expected int64, t, e float64) {
+	s.took += took
+	s.expected += expected
+	s.num++
+	s.tt += t * t
+	s.ee += e * e
+	s.te += t * e
+}
+
+// take returns the batch and starts anew at at (now, nanoseconds since
+// origin) when it holds modelSamples samples, and, if long, spans twice
+// what they took on average; else it returns a batch of none. m.mu is
+// held.
+func (s *sums) take(at int64, long bool) batch {
+	if s.num < modelSamples || long && at-s.from < 2*(s.took/s.num) {
+		return batch{}
 	}
-	took, expected, n = m.took, m.expected, m.num
-	// Pearson's r of took and expected over the samples.
-	fn := float64(n)
-	mt, me := time.Duration(took).Seconds()/fn, time.Duration(expected).Seconds()/fn
-	cov := m.te/fn - mt*me
-	vt, ve := m.tt/fn-mt*mt, m.ee/fn-me*me
+	b := batch{took: s.took, expected: s.expected, n: s.num}
+	fn := float64(b.n)
+	mt, me := time.Duration(b.took).Seconds()/fn, time.Duration(b.expected).Seconds()/fn
+	cov := s.te/fn - mt*me
+	vt, ve := s.tt/fn-mt*mt, s.ee/fn-me*me
 	// Expectations that hardly vary (most admitted while nothing
 	// completed, expecting the base) cannot follow the latencies:
 	// r = 0; nor can latencies that hardly vary follow them.
 	if vt > 1e-6*mt*mt && ve > 1e-6*me*me {
-		r = cov / math.Sqrt(vt*ve)
+		b.r = cov / math.Sqrt(vt*ve)
 	}
-	m.took, m.expected, m.num, m.tt, m.ee, m.te = 0, 0, 0, 0, 0, 0
-	return took, expected, n, r
+	*s = sums{from: at}
+	return b
 }
 
-// reset drops the samples and the streak.
-func (m *model) reset() {
+// reset drops the samples and the streaks; the long batch begins at at.
+func (m *model) reset(at int64) {
 	m.mu.Lock()
-	m.took, m.expected, m.num, m.tt, m.ee, m.te = 0, 0, 0, 0, 0, 0
+	m.short, m.long = sums{}, sums{from: at}
 	m.mu.Unlock()
-	m.streak = streak{}
+	m.streak, m.longStreak = streak{}, streak{}
 }
 
 // startJudging starts a judgement of followService: the least latency of

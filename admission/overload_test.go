@@ -699,6 +699,28 @@ func TestWaitingServerColdStartEnds(t *testing.T) {
 	}
 }
 
+// A server that waits 300 ms on average (exponentially distributed),
+// met from cold by an open loop at 1 000/s, stops refusing. Its base
+// from the first answers is a fraction of its latency, and checkModel's
+// batches of 16 were too few samples of it: seed 4 was still refused
+// 90 % in its tenth second (in 4 of 16 seeds, after 14 s); the long
+// batch ends it.
+func TestSlowWaitingServerColdStartEnds(t *testing.T) {
+	const mean = 300 * time.Millisecond
+	for seed := uint64(1); seed <= 4; seed++ {
+		s := newSim(t, Config{}, 1<<20, mean, seed)
+		s.service = func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(mean)) }
+		s.open(1000, 0, 10*time.Second, 2*time.Second)
+		s.run(13 * time.Second)
+		early, _, _ := s.in(0, 8*time.Second)
+		refused, served, _ := s.in(8*time.Second, 10*time.Second)
+		t.Logf("seed %d: refused %d in the first 8 s, then %d of %d", seed, early, refused, refused+served)
+		if refused != 0 {
+			t.Errorf("seed %d: %d of %d refused after the first 8 s of a server that never queues", seed, refused, refused+served)
+		}
+	}
+}
+
 // A server that queues (8 workers, 5 ms on average, exponentially
 // distributed) keeps its base through an open-loop overload at twice its
 // capacity, after traffic at half of it, and with it a short queue. Its

@@ -223,7 +223,7 @@ func (l *Limiter) whileSuspect(win window) {
 		return
 	}
 	l.suspect.Store(false)
-	l.mdl.reset()
+	l.mdl.reset(l.winStart)
 	l.overloaded.Store(true)
 	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
 	l.following = false
