@@ -23,9 +23,10 @@
 // server whose latency spreads (a gateway waiting about 100 ms on its
 // dependency) that meets open-loop traffic from cold refuses part of it
 // for its first seconds (its first answers are its fastest, and it
-// cannot yet tell filling up from queueing); one that waits 300 ms for
-// up to about 10 s, and one that waits a second or more can stay
-// refused; and two pauses of the whole process of a
+// cannot yet tell filling up from queueing), for several seconds if it
+// waits 300 ms, and for good in most cases if it waits a second or
+// more; a pool of slow requests (300 ms) that queues has its base
+// raised during an overload, to a few times its latency; and two pauses of the whole process of a
 // second each during one overload raise the base to about what they
 // took.
 //

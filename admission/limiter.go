@@ -52,7 +52,8 @@ const (
 	minSamples = 4
 	// modelSamples served requests admitted by the overload rule make
 	// a batch that checkModel checks against the rule's model of the
-	// server; modelChecks batches in a row that do not fit it (their
+	// server (a long batch also spans twice what they took); modelChecks
+	// batches in a row that do not fit it (their
 	// latencies at most modelCorr correlated with what it expected) show
 	// that it does not describe the server.
 	modelSamples = 16
@@ -264,8 +265,9 @@ func (c *Config) resolve() error {
 // while overloaded, for a server that became slower rather than queued:
 // see followService; raised to what the requests the rule admitted took,
 // when that exceeds what it expected for them by more than the target
-// and does not follow what it expected, for two batches of 16 in a row:
-// a server that waits rather than queues, see checkModel), and, when the
+// and does not follow what it expected, for two batches in a row (of
+// 16, or spanning twice what they took): a server that waits rather
+// than queues, see checkModel), and, when the
 // request has a deadline, expected <= its remaining time. Retries go
 // first (Class). Overload ends after 2 windows in a row in which
 // arrivals, refused ones included, did not exceed completions (those
@@ -1074,22 +1076,23 @@ func (l *Limiter) followService() {
 // mean moves by a quarter of the latency from batch to batch, and its
 // base, somewhat below its latency, kept it refused for good (a server
 // waiting 300 ms on average, open loop at 1 000/s from cold: in 4 of 16
-// seeds still refusing after 14 s; TestSlowWaitingServerColdStartEnds).
+// seeds still refusing after 14 s; TestWaitingServerColdStartEnds/300ms).
 // So a second, long batch is judged in the same way, with its own
-// streak: it also spans twice what its requests took. l.mu is held.
+// streak: it also spans twice what its requests took (its streak's own
+// span then matters only when the first batch took longer). The price:
+// a pool of slow requests that really queues (64 workers of 300 ms on
+// average at 4x their capacity) has its base raised to about twice its
+// latency (to 1.8-4.4 s at 2x before the long batch, a known limit). l.mu
+// is held.
 func (l *Limiter) checkModel(at int64) {
 	l.mdl.mu.Lock()
 	short := l.mdl.short.take(at, false)
 	long := l.mdl.long.take(at, true)
 	l.mdl.mu.Unlock()
-	for _, c := range []struct {
-		b  batch
-		st *streak
-	}{{short, &l.mdl.streak}, {long, &l.mdl.longStreak}} {
-		if mean := l.judgeBatch(c.b, c.st, at); mean > l.base {
-			l.base, l.floor, l.floorFor = mean, mean, historyWindows
-			l.mdl.streak, l.mdl.longStreak = streak{}, streak{}
-		}
+	mean := max(l.judgeBatch(short, &l.mdl.streak, at), l.judgeBatch(long, &l.mdl.longStreak, at))
+	if mean > l.base {
+		l.base, l.floor, l.floorFor = mean, mean, historyWindows
+		l.mdl.streak, l.mdl.longStreak = streak{}, streak{}
 	}
 }
 
@@ -1139,7 +1142,7 @@ type sums struct {
 	// In seconds, for the correlation of took and expected: their
 	// squares and products, summed.
 	tt, ee, te float64
-	from       int64 // nanoseconds since origin: when the batch began
+	from       int64 // nanoseconds since origin: when a long batch began
 }
 
 // batch is a batch taken: what its requests took and what the rule
