@@ -25,13 +25,10 @@
 // for its first seconds (its first answers are its fastest, and it
 // cannot yet tell filling up from queueing), for several seconds if it
 // waits 300 ms, and for good in most cases if it waits a second or
-// more; a pool of slow requests (300 ms) that queues, at four times its
-// capacity, has its base raised to about twice its latency; a pool of a
-// few workers whose service spreads (4 of 50 ms on average), met cold
-// by twice its capacity, answers 0.4-0.8x of it in time while its base
-// is still that of its first answers; and two pauses of the whole
-// process of a second each during one overload raise the base to about
-// what they took.
+// more; a pool of slow requests (300 ms) that queues has its base
+// raised during an overload, to a few times its latency; and two pauses of the whole process of a
+// second each during one overload raise the base to about what they
+// took.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose
 // callers have given up, and callers with per-attempt timeouts retry into

