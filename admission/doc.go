@@ -25,10 +25,11 @@
 // for its first seconds (its first answers are its fastest, and it
 // cannot yet tell filling up from queueing), for several seconds if it
 // waits 300 ms, and for good in most cases if it waits a second or
-// more; a pool of slow requests (300 ms) that queues has its base
-// raised during an overload, to a few times its latency; and two pauses of the whole process of a
-// second each during one overload raise the base to about what they
-// took.
+// more; a pool that completes only a few requests a window (64
+// workers of 300 ms, or 4 of 50 ms), at twice its capacity, can look
+// calm by chance, and its base follows its queue (p99 of 2-7 s against
+// deadlines of 1-3 s); and two pauses of the whole process of a second
+// each during one overload raise the base to about what they took.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose
 // callers have given up, and callers with per-attempt timeouts retry into
