@@ -53,9 +53,9 @@ const (
 	// modelSamples served requests admitted by the overload rule make
 	// a batch that checkModel checks against the rule's model of the
 	// server (a long batch also spans twice what they took); modelChecks
-	// batches in a row that do not fit it (their
-	// latencies at most modelCorr correlated with what it expected) show
-	// that it does not describe the server.
+	// batches in a row that do not fit it (their latencies at most
+	// modelCorr correlated with what it expected) show that it does not
+	// describe the server.
 	modelSamples = 16
 	modelChecks  = 2
 	modelCorr    = 0.3
@@ -267,9 +267,8 @@ func (c *Config) resolve() error {
 // when that exceeds what it expected for them by more than the target
 // and does not follow what it expected, for two batches in a row (of
 // 16, or spanning twice what they took): a server that waits rather
-// than queues, see checkModel), and, when the
-// request has a deadline, expected <= its remaining time. Retries go
-// first (Class). Overload ends after 2 windows in a row in which
+// than queues, see checkModel), and, when the request has a deadline,
+// expected <= its remaining time. Retries go first (Class). Overload ends after 2 windows in a row in which
 // arrivals, refused ones included, did not exceed completions (those
 // served, while the server serves anything: see whileOverloaded).
 //
@@ -1082,8 +1081,8 @@ func (l *Limiter) followService() {
 // span then matters only when the first batch took longer). The price:
 // a pool of slow requests that really queues (64 workers of 300 ms on
 // average at 4x their capacity) has its base raised to about twice its
-// latency (to 1.8-4.4 s at 2x before the long batch, a known limit). l.mu
-// is held.
+// latency. (At 2x such a pool's base follows its queue, long batch or
+// not, by another way: the admission doc's known limits.) l.mu is held.
 func (l *Limiter) checkModel(at int64) {
 	l.mdl.mu.Lock()
 	short := l.mdl.short.take(at, false)
