@@ -69,24 +69,35 @@ func (cl *client) newUnary(ctx context.Context, method string, reply any, cc *gr
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var c call
-	c.init(ctx, cfg, cl.target(cc), method)
-	c.conn = cc
-	if cfg.hedging.hedges(method) && hedgeableReply(reply) && c.hedges() {
+	// The call is built where it stays, not copied there: a copy of its
+	// pointers costs a write barrier each while the collector runs.
+	var u *unaryCall
+	if cfg.hedging.hedges(method) && hedgeableReply(reply) {
 		// The hedged call's state is several times the size of a plain
-		// call's: made only for a call that hedges (not for the tiers
-		// below one that does, which see its mark).
-		if ht := cfg.delays.get(c.key, method); ht != nil { // nil: too many methods at the target
-			hu := &hedgedUnary{}
-			hu.call = c
-			return nil, hu, ht, nil
+		// call's: made only for a method configured to hedge. Below a
+		// tier that hedges (its mark says so) the call runs plain in it.
+		hu := &hedgedUnary{}
+		u = &hu.unaryCall
+		cl.initCall(&u.call, ctx, cfg, cc, method)
+		if u.hedges() { // not below a tier that hedges, which the mark tells
+			if ht := cfg.delays.get(u.key, method); ht != nil { // nil: too many methods at the target
+				return nil, hu, ht, nil
+			}
 		}
+	} else {
+		u = &unaryCall{}
+		cl.initCall(&u.call, ctx, cfg, cc, method)
 	}
-	u := &unaryCall{call: c}
 	u.hopt.HeaderAddr = &u.header
 	u.topt.TrailerAddr = &u.trailer
 	u.opts = append(append(u.optsBuf[:0], opts...), &u.hopt, &u.topt)
 	return u, nil, nil, nil
+}
+
+// initCall prepares c, a zero call, for a call to method on cc.
+func (cl *client) initCall(c *call, ctx context.Context, cfg *config, cc *grpc.ClientConn, method string) {
+	c.init(ctx, cfg, cl.target(cc), method)
+	c.conn = cc
 }
 
 // begin asks the mechanisms whether the call's next attempt may go out
