@@ -19,17 +19,21 @@
 // the requests the rule admits take longer than it expected by more than
 // the target, and unrelated to what it expected (a server that waits on
 // something rather than queues: its requests take their latency however
-// many are in flight), it is raised to what they take. Known limit: a
-// server whose latency spreads (a gateway waiting about 100 ms on its
-// dependency) that meets open-loop traffic from cold refuses part of it
-// for its first seconds (its first answers are its fastest, and it
-// cannot yet tell filling up from queueing), for several seconds if it
-// waits 300 ms, and for good in most cases if it waits a second or
-// more; a pool that completes only a few requests a window (64
-// workers of 300 ms, or 4 of 50 ms), at twice its capacity, can look
-// calm by chance, and its base follows its queue (p99 of 2-7 s against
-// deadlines of 1-3 s); and two pauses of the whole process of a second
-// each during one overload raise the base to about what they took.
+// many are in flight), it is raised to what they take. At a cold
+// start, while the completions still accelerate (a server filling up,
+// not a queue), the base is at least the total time on test: the
+// latencies of its successes plus the ages of the requests in flight,
+// over the successes, which the first, fastest answers alone
+// underestimate (see coldStart in cold.go); until it can tell, it holds
+// no one. Known limits: a pool that completes only a few hundred
+// requests a second, overloaded from its very first request, builds a
+// queue until it can tell (2 workers of 8 ms at eight times their
+// capacity: p99 0.7-0.9 s); a pool that completes only a few requests
+// a window (64 workers of 300 ms, or 4 of 50 ms), at twice its
+// capacity, can look calm by chance, and its base follows its queue
+// (p99 of 2-8 s against deadlines of 1-3 s); and two pauses of the
+// whole process of a second each during one overload raise the base to
+// about what they took.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose
 // callers have given up, and callers with per-attempt timeouts retry into

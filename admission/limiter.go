@@ -261,7 +261,8 @@ func (c *Config) resolve() error {
 // (Little's law, for a server that serves in order or shares its CPU),
 // and admits it when expected <= base + Target x share of its class,
 // where base is the mean latency of the successful requests of the last
-// 128 windows before the overload (see whileNot; followed up to 8 times
+// 128 windows before the overload (see whileNot; at a cold start at
+// least their total time on test, see coldStart; followed up to 8 times
 // while overloaded, for a server that became slower rather than queued:
 // see followService; raised to what the requests the rule admitted took,
 // when that exceeds what it expected for them by more than the target
@@ -330,6 +331,7 @@ type Limiter struct {
 	waitingN   atomic.Int64                  // requests in the queue or about to enter it
 	rejected   [numReasons]atomic.Int64
 	mdl        model // checkModel's samples
+	cold       coldStart
 
 	q  queue
 	sq suspectQueue
@@ -433,6 +435,7 @@ func New(cfg Config) (*Limiter, error) {
 	l.origin = l.clk.Now()
 	l.winEnd.Store(int64(cfg.Window))
 	l.judging.Store(&judgement{}) // from the start, until the first overload starts one
+	l.cold.on.Store(true)
 	l.setThresholds()
 	return l, nil
 }
@@ -546,7 +549,7 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	}
 	if l.capAll == 0 {
 		l.inflight.Add(1)
-		return Permit{l: l, start: at, expected: exp}, nil
+		return l.permit(at, exp), nil
 	}
 	if l.cfg.QueueSize == 0 || l.waiting() == 0 {
 		if p, ok := l.take(c, at); ok {
@@ -626,10 +629,16 @@ func (l *Limiter) take(c Class, at int64) (Permit, bool) {
 	lim := l.capOf(c)
 	for cur := l.inflight.Load(); cur < lim; cur = l.inflight.Load() {
 		if l.inflight.CompareAndSwap(cur, cur+1) {
-			return Permit{l: l, start: at}, true
+			return l.permit(at, 0), true
 		}
 	}
 	return Permit{}, false
+}
+
+// permit returns the Permit of a request admitted at at, with the
+// latency the overload rule expected for it.
+func (l *Limiter) permit(at, expected int64) Permit {
+	return Permit{l: l, start: at, expected: expected, cold: l.cold.admitted(at)}
 }
 
 // Outcome is how an admitted request ended, for Release.
@@ -671,6 +680,7 @@ type Permit struct {
 	// expected: the latency the overload rule expected when it admitted
 	// the request (see checkModel); 0 for one admitted without it.
 	expected int64
+	cold     bool // counted by the cold start (see coldStart)
 }
 
 // Release ends the request: it frees its slot and counts it as Outcome
@@ -684,6 +694,13 @@ func (p Permit) Release(o Outcome) {
 	// a request whose caller left while it waited, adds no work to
 	// compare). Abandoned: a completion that served nothing.
 	l.inflight.Add(-1)
+	if p.cold {
+		rtt := int64(-1)
+		if o == Measured {
+			rtt = max(l.now()-p.start, 0)
+		}
+		l.cold.released(p.start, rtt)
+	}
 	if o == Measured || o == Failed || o == Abandoned {
 		at := l.now()
 		if o == Abandoned {
@@ -775,6 +792,25 @@ func (l *Limiter) roll(at int64) {
 	if l.floorFor > 0 && !l.overloaded.Load() {
 		l.floorFor-- // checkModel's floor lasts historyWindows windows outside an overload
 	}
+	switch keep, wrong := l.cold.update(at); {
+	case l.cold.floor > l.base && l.suspect.Load():
+		// A cold start's base found while the server is suspect: its
+		// cap (twice the completion rate times the base) held what it
+		// filled up with (see coldStart).
+		l.base = l.cold.floor
+		l.setThresholds()
+	case keep > 0:
+		// The cold start's base stands until the history has turned
+		// over (see coldStart), as checkModel's does.
+		l.floor, l.floorFor = max(l.floor, keep), historyWindows
+	case wrong > 0 && l.base == wrong:
+		// A cold start's base that was a queue's: back to the
+		// history's, if it has one.
+		if pm := l.pooledMean(); pm > 0 {
+			l.base = pm
+			l.setThresholds()
+		}
+	}
 	switch {
 	case l.overloaded.Load():
 		l.whileOverloaded(win, at)
@@ -824,7 +860,7 @@ func (l *Limiter) whileNot(win window) {
 	// successes: a base from the first success or two made a cold
 	// server suspect in a load test's ramp, and held its callers (p99
 	// at 128 callers 1.2x).
-	base := l.pooledMean()
+	base := max(l.pooledMean(), l.cold.floor) // at a cold start, see coldStart
 	if l.floorFor > 0 {
 		base = max(base, l.floor)
 	}
@@ -847,14 +883,15 @@ func (l *Limiter) whileNot(win window) {
 	for i := l.growthRun; i < l.histN; i++ {
 		highest = max(highest, l.recent(i).inflight)
 	}
-	// A server with no base yet (fewer than minSamples successes seen)
-	// cannot tell its latency from a queue: it holds no one until it has
-	// one.
+	// A server with no base yet (fewer than minSamples successes seen,
+	// or at a cold start no verdict yet on whether it fills up or
+	// queues: see coldStart) cannot tell its latency from a queue: it
+	// holds no one until it has one.
 	// Nor does a server whose requests all failed in the window: it is
 	// failing, not busy, and holding its callers would only delay their
 	// failure (or send them all at once when it recovers).
 	per := l.perDone.Load()
-	if l.base == 0 || win.least == 0 || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
+	if l.base == 0 || l.cold.undecided() || win.least == 0 || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
 		return
 	}
 	l.becomeSuspect(win, per)

@@ -284,7 +284,7 @@ func (l *Limiter) suspectEnter(at int64) (Permit, *suspectWaiter, error) {
 	limit := l.suspectCap.Load()
 	for cur := l.inflight.Load(); cur < limit; cur = l.inflight.Load() {
 		if l.inflight.CompareAndSwap(cur, cur+1) {
-			return Permit{l: l, start: at}, nil, nil
+			return l.permit(at, 0), nil, nil
 		}
 	}
 	w := &suspectWaiter{ready: make(chan struct{})}
@@ -398,5 +398,5 @@ func (l *Limiter) settle(w *suspectWaiter) (Permit, error, bool) {
 		return Permit{}, nil, false
 	}
 	// The latency starts with the slot: the wait is not the server's.
-	return Permit{l: l, start: l.now()}, nil, true
+	return l.permit(l.now(), 0), nil, true
 }
