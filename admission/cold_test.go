@@ -69,3 +69,25 @@ func TestColdStartOfAPool(t *testing.T) {
 		})
 	}
 }
+
+// A pool of few slow workers (2 of 8 ms) overloaded at eight times its
+// capacity from its first request completes too few requests to tell
+// acceleration for a while, and waiting for that verdict let a queue
+// build: p99 0.7-0.9 s. Its first answers show the queue (each took
+// most of the time since the first request), and the wait ends there.
+func TestColdStartOfASlowPool(t *testing.T) {
+	const workers, mean = 2, 8 * time.Millisecond
+	capacity := workers / mean.Seconds()
+	for seed := uint64(1); seed <= 3; seed++ {
+		s := newSim(t, Config{}, workers, mean, seed)
+		s.service = exponential(mean)
+		s.late = true
+		s.open(8*capacity, 0, 5*time.Second, time.Second)
+		s.run(6 * time.Second)
+		_, served, p99 := s.in(500*time.Millisecond, 5*time.Second)
+		t.Logf("seed %d: base %v, served %.0f/s, p99 %v", seed, time.Duration(s.l.base), float64(served)/4.5, p99)
+		if p99 > 150*time.Millisecond {
+			t.Errorf("seed %d: p99 %v after the first 500 ms, want <= 150ms", seed, p99)
+		}
+	}
+}

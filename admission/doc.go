@@ -25,15 +25,14 @@
 // latencies of its successes plus the ages of the requests in flight,
 // over the successes, which the first, fastest answers alone
 // underestimate (see coldStart in cold.go); until it can tell, it holds
-// no one. Known limits: a pool that completes only a few hundred
-// requests a second, overloaded from its very first request, builds a
-// queue until it can tell (2 workers of 8 ms at eight times their
-// capacity: p99 0.7-0.9 s); a pool that completes only a few requests
-// a window (64 workers of 300 ms, or 4 of 50 ms), at twice its
-// capacity, can look calm by chance, and its base follows its queue
-// (p99 of 2-8 s against deadlines of 1-3 s); and two pauses of the
-// whole process of a second each during one overload raise the base to
-// about what they took.
+// no one. Known limits: a pool that completes only a few requests a
+// window (64 workers of 300 ms, or 4 of 50 ms), at twice its capacity,
+// can look calm by chance, and its base follows its queue (p99 of 2-8 s
+// against deadlines of 1-3 s); one that completes a few a second,
+// overloaded from its very first request, can build a queue past its
+// callers' deadlines before its first answers tell (p99 up to 18 s in
+// 2 of 32 runs); and two pauses of the whole process of a second each
+// during one overload raise the base to about what they took.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose
 // callers have given up, and callers with per-attempt timeouts retry into
