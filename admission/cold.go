@@ -31,44 +31,43 @@ import "sync/atomic"
 //   - the server is undecided, and holds no one (whileNot: as a server
 //     with no base yet), until its completions tell: coldDecided of
 //     them at half the time since the first that no longer accelerate,
-//     or coldFirst since then that took, on average, coldQueued or more
-//     of the time since the first request (a queue at four or more
-//     times the capacity, or its requests abandoned), or a floor;
+//     or coldShareDone since then that took, on average, coldQueued or
+//     more of the time since the first request (a queue at more than
+//     three times the capacity, or requests abandoned), or a floor;
 //   - while they grow by more than coldGrowth when the time doubles
 //     (coldStreak checks in a row, from coldMinDone at half the time),
-//     most were served, and what is in flight is consistent with them
-//     (Little's latency of it, in flight x time per completion, within
-//     one and a half times the total time on test: a queue that grows
-//     at a steady rate reads two), the total time on test is the least
+//     most were served, and Little's latency of what is in flight (in
+//     flight x time per completion) is within one and a half times the
+//     total time on test (equal in a fill-up, twice in a queue that
+//     grows at a steady rate), the total time on test is the least
 //     base (floor);
 //   - while the server is suspect, a floor above its base raises the
 //     base (its cap, twice the completion rate times the base, would
 //     otherwise hold the fill-up that shows the acceleration);
 //   - the cold start ends when the server has run coldSpan times that
-//     latency since its first completion (the floor then stands for
-//     another history, as checkModel's does: the history still holds
-//     the first answers); or when coldSteadyDone completions at half
-//     the time grew by less than coldSteady, a steady rate: a fill-up
-//     that is over, if Little's latency agrees with the total time on
-//     test, which then stands as the floor; else a queue, and the base
-//     is what the first coldFirst requests admitted took (they met no
-//     queue; the first to complete are a pool's fastest too), the
-//     history, which holds what the queue took since, no sample.
+//     latency since its first completion, or when coldSteadyDone
+//     completions at half the time grew by less than coldSteady (a
+//     steady rate); a floor then stands for another history, as
+//     checkModel's does: the history still holds the first answers.
 //
 // The sums are relative to the first request: one read while a request
 // changes it is off by at most the time since then, over the served.
 //
-// In the simulator (TestColdStartOfAWaitingServer; open loop from the
-// first request, 8 seeds), servers waiting 100 ms, 300 ms and 1 s were
-// refused 10-25 %, 19-60 % and 83-88 % of their first 10 s, now none.
-// Pools overloaded from their first request keep their protection
-// (TestColdStartOfAPool, TestColdStartOfASlowPool): 2 workers of 8 ms
-// at 8x, p99 83-114 ms (before 88-114 ms); 16 of 50 ms at 8x,
-// 250-586 ms (261-335 ms). The pools that complete a few requests a
-// second with 1 s deadlines, which were already far from their targets
-// (p99 0.7-5.6 s), read the same in 30 of 32 runs of a review's set, and
-// 8.6 s and 18 s in the other two (0.8 s and 1.7 s before): their queue
-// grew past the deadlines before the first answers told.
+// In the simulator, open loop from the first request a second after
+// the limiter starts (TestColdStartOfAWaitingServer and 12-seed runs),
+// servers waiting 100 ms, 300 ms or 1 s on average, at 200-1 000
+// requests a second, or 20 or 200 ms (half each), or 100 ms exactly,
+// were refused in 0-12 of 12 seeds, 7-84 % on average (none for the
+// constant latency); now in none but one of 12 seeds of the bimodal
+// server (12 %) and 5 of 12 of the 1 s server at 1 000/s (19 % on
+// average, from 84 %). Pools overloaded from their first request keep
+// their protection where they complete hundreds a second or more
+// (TestColdStartOfAPool, TestColdStartOfASlowPool: 2 workers of 8 ms
+// at 8x, p99 90-110 ms, before 90-110 ms). The price is with pools that
+// complete a few requests a second, 1 s deadlines, overloaded from
+// their first request, whose queue grows until their first answers
+// tell, and which were already far from any target: p99 1.0-19 s where
+// it was 0.9-6.5 s (1-8 workers of 50-300 ms at 4-8x, 28 runs).
 
 const (
 	// coldSpan is how many times its latency a server runs before its
@@ -98,10 +97,10 @@ const (
 	// one check in ten at coldMinDone, and checks in a row share most
 	// of their counts, which is why the floor also asks Little's law.
 	coldStreak = 2
-	// coldFirst completions make their share a measure (see
-	// coldQueued), and the first coldFirst requests admitted are the
-	// cohort of cohortLatency.
-	coldFirst = 4
+	// coldShareDone completions since half the time make their mean
+	// share a measure (see coldQueued): few, since a slow pool's queue
+	// grows while it waits for them.
+	coldShareDone = 4
 	// coldQueued: the mean share of what completions took in the time
 	// from the first request to their end, above which they show a
 	// queue: (f-1)/f for a queue that grows at f times the capacity,
@@ -128,11 +127,6 @@ type coldStart struct {
 	// the first request to their end, summed (millionths; see
 	// coldQueued).
 	share atomic.Int64
-	// The first coldFirst requests admitted, which met no queue: how
-	// many were admitted, their starts (plus 1) and, once they ended,
-	// what they took (plus 1; negative if they were not served).
-	cohortN                 atomic.Int64
-	cohortStart, cohortTook [coldFirst]atomic.Int64
 
 	// Guarded by l.mu.
 	marks   []coldMark // completions at the ends of windows, thinned to coldMarks
@@ -146,25 +140,18 @@ type coldStart struct {
 // completions' shares.
 type coldMark struct{ at, n, served, share int64 }
 
-// admitted counts a request that starts at at, and returns how: 0 not
-// counted, 1 counted, 2 + i the i-th of the first coldFirst (its Release
-// must call released with it when not 0).
-func (c *coldStart) admitted(at int64) int8 {
+// admitted counts a request that starts at at, and reports whether it
+// is counted (its Release must then call released).
+func (c *coldStart) admitted(at int64) bool {
 	if !c.on.Load() {
-		return 0
+		return false
 	}
 	if c.first.Load() == 0 {
 		c.first.CompareAndSwap(0, at+1)
 	}
 	c.starts.Add(at - (c.first.Load() - 1))
 	c.in.Add(1)
-	if c.cohortN.Load() < coldFirst {
-		if i := c.cohortN.Add(1) - 1; i < coldFirst {
-			c.cohortStart[i].Store(at + 1)
-			return int8(2 + i)
-		}
-	}
-	return 1
+	return true
 }
 
 // released ends a counted request that started at start and took took,
@@ -172,17 +159,10 @@ func (c *coldStart) admitted(at int64) int8 {
 // completion; one abandoned (its caller left) a completion only; one
 // failed or ignored neither (failures are often fast, and a server
 // failing at its start is no fill-up).
-func (c *coldStart) released(start, took int64, o Outcome, how int8) {
+func (c *coldStart) released(start, took int64, o Outcome) {
 	first := c.first.Load() - 1
 	c.starts.Add(-(start - first))
 	c.in.Add(-1)
-	if i := how - 2; i >= 0 {
-		if o == Measured {
-			c.cohortTook[i].Store(took + 1)
-		} else {
-			c.cohortTook[i].Store(-took - 1)
-		}
-	}
 	if o != Measured && o != Abandoned {
 		return
 	}
@@ -198,53 +178,22 @@ func (c *coldStart) released(start, took int64, o Outcome, how int8) {
 	c.served.Add(1)
 }
 
-// cohortLatency returns the total time on test at at of the first
-// coldFirst requests admitted, which met no queue (unless the server
-// has fewer workers): a pool's latency without one, where its first
-// answers are the fastest of its workers' (64 workers of 20 ms: 1 ms).
-func (c *coldStart) cohortLatency(at int64) int64 {
-	var sum, n int64
-	for i := range coldFirst {
-		start := c.cohortStart[i].Load() - 1
-		switch took := c.cohortTook[i].Load(); {
-		case start < 0:
-		case took > 0:
-			sum, n = sum+took-1, n+1
-		case took < 0:
-			sum += -took - 1
-		default:
-			sum += max(at-start, 0)
-		}
-	}
-	return sum / max(n, 1)
-}
-
 // undecided reports whether the server is cold and cannot tell yet
 // whether it fills up or queues: its base is not known. l.mu is held.
 func (c *coldStart) undecided() bool { return c.on.Load() && !c.decided }
 
-// coldEnd is how a cold start ended, for the base (see roll).
-type coldEnd struct {
-	// keep: after coldSpan times the latency, the floor, which stands
-	// for another history (it still holds the fill-up's first,
-	// fastest answers).
-	keep int64
-	// queue: on a steady rate, the mean latency of the first answers,
-	// which waited least; the history, which holds what the queue took
-	// since, is no sample of the base.
-	queue int64
-}
-
 // update is the end of a window at at, with inflight requests in flight
-// and per nanoseconds per completion lately; it returns how the cold
-// start ended, if it did. l.mu is held.
-func (c *coldStart) update(at, inflight, per int64) (e coldEnd) {
+// and per nanoseconds per completion lately. When it ends the cold start,
+// it returns the floor it had set, if any, which stands for another
+// history (the history still holds the fill-up's first, fastest
+// answers). l.mu is held.
+func (c *coldStart) update(at, inflight, per int64) (keep int64) {
 	if !c.on.Load() {
-		return e
+		return 0
 	}
 	done := c.ended.Load()
 	if done == 0 {
-		return e
+		return 0
 	}
 	first := c.first.Load() - 1
 	ttt := int64(0)
@@ -255,9 +204,7 @@ func (c *coldStart) update(at, inflight, per int64) (e coldEnd) {
 	}
 	since := c.endedAt.Load() - 1
 	if ttt > 0 && at-since >= coldSpan*max(ttt, c.floor) {
-		e.keep = c.floor
-		c.end()
-		return e
+		return c.end()
 	}
 	n := c.served.Load()
 	c.mark(coldMark{at, done, n, c.share.Load()})
@@ -270,36 +217,29 @@ func (c *coldStart) update(at, inflight, per int64) (e coldEnd) {
 	// The completions since half the time: their mean share of the
 	// time since the first request shows a queue (see coldQueued).
 	last := c.marks[len(c.marks)-1]
-	queued := last.n-half.n >= coldFirst && float64(last.share-half.share) >= coldQueued*1e6*float64(last.n-half.n)
+	queued := last.n-half.n >= coldShareDone && float64(last.share-half.share) >= coldQueued*1e6*float64(last.n-half.n)
 	if m >= coldDecided && growth <= coldGrowth || queued {
 		c.decided = true
 	}
 	if m >= coldSteadyDone && growth < coldSteady {
-		// A steady rate: a fill-up that is over, or a queue. What is in
-		// flight takes its total time on test to complete in the first
-		// (Little's latency); a queue that grows at a steady rate takes
-		// about twice its mean since the first request.
-		if ttt > 0 && 2*inflight*per <= 3*ttt && c.servedMost(done) {
-			e.keep = max(c.floor, ttt)
-		} else {
-			e.queue = c.cohortLatency(at)
-		}
-		c.end()
-		return e
+		return c.end() // a steady rate: a fill-up that is over, or a queue
 	}
 	if m < coldMinDone {
-		return e
+		return 0
 	}
 	if growth > coldGrowth {
 		c.accel++
 	} else {
 		c.accel = 0
 	}
+	// A floor needs Little's latency of what is in flight within one
+	// and a half times the total time on test: equal in a fill-up,
+	// twice it in a queue that grows at a steady rate.
 	if c.accel >= coldStreak && n >= minSamples && c.servedMost(done) && 2*inflight*per <= 3*ttt {
 		c.floor = ttt
 		c.decided = true // its base is known
 	}
-	return e
+	return 0
 }
 
 // servedMost reports whether most of the done completions were served,
@@ -307,9 +247,12 @@ func (c *coldStart) update(at, inflight, per int64) (e coldEnd) {
 // no healthy fill-up, whatever its completions do.
 func (c *coldStart) servedMost(done int64) bool { return 4*c.served.Load() >= 3*done }
 
-func (c *coldStart) end() {
+// end ends the cold start and returns the floor it had set.
+func (c *coldStart) end() (floor int64) {
+	floor = c.floor
 	c.on.Store(false)
 	c.marks, c.floor = nil, 0
+	return floor
 }
 
 // mark records k, keeping every other mark when full.

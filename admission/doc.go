@@ -29,9 +29,9 @@
 // window (64 workers of 300 ms, or 4 of 50 ms), at twice its capacity,
 // can look calm by chance, and its base follows its queue (p99 of 2-8 s
 // against deadlines of 1-3 s); one that completes a few a second,
-// overloaded from its very first request, can build a queue past its
-// callers' deadlines before its first answers tell (p99 up to 18 s in
-// 2 of 32 runs); and two pauses of the whole process of a second each
+// overloaded from its very first request, builds a queue past its
+// callers' deadlines before its first answers tell (p99 1-19 s where it
+// was 0.9-6.5 s); and two pauses of the whole process of a second each
 // during one overload raise the base to about what they took.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose

@@ -680,7 +680,7 @@ type Permit struct {
 	// expected: the latency the overload rule expected when it admitted
 	// the request (see checkModel); 0 for one admitted without it.
 	expected int64
-	cold     int8 // how the cold start counted it (see coldStart.admitted)
+	cold     bool // counted by the cold start (see coldStart)
 }
 
 // Release ends the request: it frees its slot and counts it as Outcome
@@ -694,8 +694,8 @@ func (p Permit) Release(o Outcome) {
 	// a request whose caller left while it waited, adds no work to
 	// compare). Abandoned: a completion that served nothing.
 	l.inflight.Add(-1)
-	if p.cold != 0 {
-		l.cold.released(p.start, max(l.now()-p.start, 0), o, p.cold)
+	if p.cold {
+		l.cold.released(p.start, max(l.now()-p.start, 0), o)
 	}
 	if o == Measured || o == Failed || o == Abandoned {
 		at := l.now()
@@ -788,25 +788,18 @@ func (l *Limiter) roll(at int64) {
 	if l.floorFor > 0 && !l.overloaded.Load() {
 		l.floorFor-- // checkModel's floor lasts historyWindows windows outside an overload
 	}
-	switch e := l.cold.update(at, win.inflight, l.perDone.Load()); {
+	keep := l.cold.update(at, win.inflight, l.perDone.Load())
+	switch {
 	case l.cold.floor > l.base && l.suspect.Load():
 		// A cold start's base found while the server is suspect: its
 		// cap (twice the completion rate times the base) held what it
 		// filled up with (see coldStart).
 		l.base = l.cold.floor
 		l.setThresholds()
-	case e.keep > 0:
+	case keep > 0:
 		// The cold start's base stands until the history has turned
 		// over, as checkModel's does.
-		l.floor, l.floorFor = max(l.floor, e.keep), historyWindows
-	case e.queue > 0:
-		// A queue since the first request: what the history took is
-		// no base, what its first requests took is.
-		for i := range l.histN {
-			l.recent(i).queued = true
-		}
-		l.base = e.queue
-		l.setThresholds()
+		l.floor, l.floorFor = max(l.floor, keep), historyWindows
 	}
 	switch {
 	case l.overloaded.Load():
@@ -886,17 +879,24 @@ func (l *Limiter) whileNot(win window) {
 	// holds no one until it has one.
 	// Nor does a server whose requests all failed in the window: it is
 	// failing, not busy, and holding its callers would only delay their
-	// failure (or send them all at once when it recovers). A window whose
-	// completions all came too late for their callers (Abandoned) is no
-	// failure: read as one, a pool whose queue had grown past its
-	// callers' deadlines was never suspect again (seen at a cold start,
-	// 1 worker of 100 ms at 4x: 600 in flight, nothing refused, for
-	// good).
+	// failure (or send them all at once when it recovers). But a window
+	// that completed only requests served too late for their callers
+	// (Abandoned), while more arrived than completed, is a queue past
+	// its callers' deadlines, not a failure: read as one, a pool
+	// overloaded from its start (1 worker of 100 ms at 4x, 1 s
+	// deadlines) was never suspect again, with 600 in flight. (A hang
+	// below completes as many as arrive, at their deadlines: calm.)
 	per := l.perDone.Load()
-	if l.base == 0 || l.cold.undecided() || win.least == 0 && win.done > win.abandoned || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
+	if l.base == 0 || l.cold.undecided() || win.least == 0 && !lateOnly(win) || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
 		return
 	}
 	l.becomeSuspect(win, per)
+}
+
+// lateOnly reports whether win completed requests, all of them
+// Abandoned, while its arrivals exceeded its completions (see whileNot).
+func lateOnly(win window) bool {
+	return win.done > 0 && win.abandoned == win.done && !calm(win)
 }
 
 // pooledMean returns the mean latency of the successes in the history's
