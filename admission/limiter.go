@@ -879,15 +879,18 @@ func (l *Limiter) whileNot(win window) {
 	// holds no one until it has one.
 	// Nor does a server whose requests all failed in the window: it is
 	// failing, not busy, and holding its callers would only delay their
-	// failure (or send them all at once when it recovers). But a window
-	// that completed only requests served too late for their callers
-	// (Abandoned), while more arrived than completed, is a queue past
-	// its callers' deadlines, not a failure: read as one, a pool
-	// overloaded from its start (1 worker of 100 ms at 4x, 1 s
-	// deadlines) was never suspect again, with 600 in flight. (A hang
-	// below completes as many as arrive, at their deadlines: calm.)
+	// failure (or send them all at once when it recovers). But at a
+	// cold start, a window that completed only requests served too late
+	// for their callers (Abandoned), while more arrived than completed,
+	// is a queue past its callers' deadlines, built while the cold start
+	// could not yet tell (see coldStart), not a failure: read as one, a
+	// pool overloaded from its start (1 worker of 100 ms at 4x, 1 s
+	// deadlines) was never suspect again, with 600 in flight. Not later:
+	// a hang below a warm server completes about as many as arrive, at
+	// their deadlines, and a window not calm by chance made it suspect
+	// and refuse its healthy traffic after the hang.
 	per := l.perDone.Load()
-	if l.base == 0 || l.cold.undecided() || win.least == 0 && !lateOnly(win) || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
+	if l.base == 0 || l.cold.undecided() || win.least == 0 && !(l.cold.on.Load() && lateOnly(win)) || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
 		return
 	}
 	l.becomeSuspect(win, per)
