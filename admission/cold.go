@@ -136,9 +136,8 @@ type coldStart struct {
 }
 
 // coldMark is what the cold start counted at the end of a window: the
-// completions (served or abandoned), the served, and the sum of the
-// completions' shares.
-type coldMark struct{ at, n, served, share int64 }
+// completions (served or abandoned) and the sum of their shares.
+type coldMark struct{ at, n, share int64 }
 
 // admitted counts a request that starts at at, and reports whether it
 // is counted (its Release must then call released).
@@ -195,9 +194,9 @@ func (c *coldStart) update(at, inflight, per int64) (keep int64) {
 	if done == 0 {
 		return 0
 	}
-	first := c.first.Load() - 1
+	first, n := c.first.Load()-1, c.served.Load()
 	ttt := int64(0)
-	if n := c.served.Load(); n > 0 {
+	if n > 0 {
 		// A sum read while a request changed it is off by up to the
 		// time since the first request, over n.
 		ttt = max((c.spent.Load()+c.in.Load()*(at-first)-c.starts.Load())/n, 0)
@@ -206,8 +205,7 @@ func (c *coldStart) update(at, inflight, per int64) (keep int64) {
 	if ttt > 0 && at-since >= coldSpan*max(ttt, c.floor) {
 		return c.end()
 	}
-	n := c.served.Load()
-	c.mark(coldMark{at, done, n, c.share.Load()})
+	c.mark(coldMark{at, done, c.share.Load()})
 	half := c.markAt(since + (at-since)/2)
 	growth := 0.0
 	m := half.n

@@ -2,24 +2,17 @@ package admission
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 )
-
-// exponential returns service times drawn from an exponential
-// distribution of the given mean.
-func exponential(mean time.Duration) func(*rand.Rand) time.Duration {
-	return func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(mean)) }
-}
 
 // A server that waits on its dependency, with latencies that spread
 // (exponentially), meets open-loop traffic that never overloads it from
 // its first request, a second after it started. Its first answers are
 // its fastest; before the total time on test (coldStart), their mean
 // made it suspect at once, and it refused 10-25 % of the first 10 s
-// waiting 100 ms, 19-60 % waiting 300 ms, and 83-88 % waiting a second
-// (for good in 7 of 8 seeds).
+// waiting 100 ms, 19-60 % waiting 300 ms, and 26-88 % waiting a second
+// (83-88 % and for good in 7 of 8 seeds).
 func TestColdStartOfAWaitingServer(t *testing.T) {
 	for _, c := range []struct {
 		mean time.Duration

@@ -269,9 +269,10 @@ func (c *Config) resolve() error {
 // and does not follow what it expected, for two batches in a row (of
 // 16, or spanning twice what they took): a server that waits rather
 // than queues, see checkModel), and, when the request has a deadline,
-// expected <= its remaining time. Retries go first (Class). Overload ends after 2 windows in a row in which
-// arrivals, refused ones included, did not exceed completions (those
-// served, while the server serves anything: see whileOverloaded).
+// expected <= its remaining time. Retries go first (Class). Overload
+// ends after 2 windows in a row in which arrivals, refused ones
+// included, did not exceed completions (those served, while the server
+// serves anything: see whileOverloaded).
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused

@@ -614,7 +614,7 @@ func TestColdOverloadVariedService(t *testing.T) {
 				if fastWarmUp && s.el < time.Second {
 					return 500 * time.Microsecond
 				}
-				return time.Duration(r.ExpFloat64() * float64(50*time.Millisecond))
+				return exponential(50 * time.Millisecond)(r)
 			}
 			s.open(1, 0, 2*time.Millisecond, time.Second) // the warm-up: one request
 			s.open(2*capacity, time.Second, 6*time.Second, time.Second)
@@ -650,7 +650,7 @@ func TestSpreadLatencyOverloadEnds(t *testing.T) {
 	capacity := float64(workers) / mean.Seconds() // 640/s
 	for seed := uint64(1); seed <= 4; seed++ {
 		s := newSim(t, Config{}, workers, mean, seed)
-		s.service = func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(mean)) }
+		s.service = exponential(mean)
 		s.closed(workers/2, 0, 4*time.Second) // about half the capacity
 		s.open(2*capacity, 4*time.Second, 7*time.Second, time.Second)
 		s.open(0.5*capacity, 7*time.Second, 13*time.Second, time.Second)
@@ -698,7 +698,7 @@ func TestWaitingServerColdStartEnds(t *testing.T) {
 		t.Run(c.mean.String(), func(t *testing.T) {
 			for seed := uint64(1); seed <= 4; seed++ {
 				s := newSim(t, Config{}, 1<<20, c.mean, seed)
-				s.service = func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(c.mean)) }
+				s.service = exponential(c.mean)
 				s.open(1000, 0, 10*time.Second, c.deadline)
 				s.run(10*time.Second + 3*c.mean + c.deadline)
 				early, _, _ := s.in(0, c.from)
@@ -725,7 +725,7 @@ func TestQueueingServerKeepsItsBase(t *testing.T) {
 	capacity := float64(workers) / mean.Seconds() // 1 600/s
 	for seed := uint64(1); seed <= 4; seed++ {
 		s := newSim(t, Config{}, workers, mean, seed)
-		s.service = func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(mean)) }
+		s.service = exponential(mean)
 		s.open(0.5*capacity, 0, 2*time.Second, 0)
 		s.open(2*capacity, 2*time.Second, 8*time.Second, 0)
 		keptBase(t, s, seed, 2*time.Second, 8*time.Second)

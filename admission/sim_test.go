@@ -285,6 +285,12 @@ func (s *sim) start(r *simReq) {
 	})
 }
 
+// exponential returns service times drawn from an exponential
+// distribution of the given mean, for sim.service.
+func exponential(mean time.Duration) func(*rand.Rand) time.Duration {
+	return func(r *rand.Rand) time.Duration { return time.Duration(r.ExpFloat64() * float64(mean)) }
+}
+
 // abandoned is a sim.failAs: every failure ends at its caller's
 // deadline.
 func abandoned(time.Duration) Outcome { return Abandoned }
