@@ -141,9 +141,38 @@ func (c *call) answered(a *attempt) {
 
 // attemptContext returns the context of the call's next attempt: the
 // caller's, with the attempt metadata and, if timeout is set, the
-// per-attempt timeout. Call it once begin admitted the attempt.
-func (c *call) attemptContext(timeout bool) (context.Context, context.CancelFunc) {
-	ctx := c.ctx
+// per-attempt timeout. Call it once begin admitted the attempt. A first
+// attempt whose metadata is shared (see withShared) gets a context made
+// in into, when into is not nil: the call's own, which outlives the
+// attempt.
+func (c *call) attemptContext(timeout bool, into *mdContext) (context.Context, context.CancelFunc) {
+	ctx, shared := c.sharedContext(into)
+	if !shared {
+		ctx = c.withMetadata()
+	}
+	c.attempt++
+	if d := c.cfg.perAttemptTimeout; d > 0 && timeout {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
+}
+
+// sharedContext returns the context of the call's next attempt made in
+// into, if it is a first attempt whose metadata is shared.
+func (c *call) sharedContext(into *mdContext) (context.Context, bool) {
+	if into == nil || c.attempt > 0 || c.info.UpstreamRetries > 0 {
+		return nil, false
+	}
+	depth := 0
+	if c.st != nil {
+		depth = min(c.info.Depth+1, MaxDepth)
+	}
+	return withShared(into, c.ctx, depth, c.hedgingMark()) // none for no metadata
+}
+
+// withMetadata returns the caller's context with the metadata of the
+// call's next attempt (protocol section 2.2).
+func (c *call) withMetadata() context.Context {
 	var kv [8]string
 	n := 0
 	if c.attempt > 0 {
@@ -158,32 +187,28 @@ func (c *call) attemptContext(timeout bool) (context.Context, context.CancelFunc
 			n += 2
 		}
 	}
-	if v := c.hedgingValue(); v != "" {
-		kv[n], kv[n+1] = MetadataHedging, v
+	if m := c.hedgingMark(); m > 0 {
+		kv[n], kv[n+1] = MetadataHedging, strconv.Itoa(m)
 		n += 2
 	}
-	if n > 0 {
-		ctx = metadata.AppendToOutgoingContext(ctx, kv[:n]...)
+	if n == 0 {
+		return c.ctx
 	}
-	c.attempt++
-	if d := c.cfg.perAttemptTimeout; d > 0 && timeout {
-		return context.WithTimeout(ctx, d)
-	}
-	return ctx, func() {}
+	return metadata.AppendToOutgoingContext(c.ctx, kv[:n]...)
 }
 
-// hedgingValue is the MetadataHedging value of the call's next attempt,
-// or "" for none: "2" for a hedge or an attempt that serves one, "1" for
-// the other attempts of a call that hedges or serves a request that a
-// tier above hedges (protocol section 2.5).
-func (c *call) hedgingValue() string {
+// hedgingMark is the MetadataHedging value of the call's next attempt,
+// or 0 for none: hedgeMark for a hedge or an attempt that serves one,
+// hedgingMark for the other attempts of a call that hedges or serves a
+// request that a tier above hedges (protocol section 2.5).
+func (c *call) hedgingMark() int {
 	switch {
 	case c.hedgeNext || c.info.Hedge:
-		return "2"
+		return hedgeMark
 	case c.hedging || c.info.Hedged:
-		return "1"
+		return hedgingMark
 	}
-	return ""
+	return 0
 }
 
 // classify reads how attempt a ended, with err (nil: a success) and the

@@ -253,25 +253,30 @@ func checkOutgoingExample(t *testing.T, e specExample) {
 	default:
 		t.Fatalf("%v: bad \"hedges:\" line %q", e, h)
 	}
-	actx, cancel := c.attemptContext(false)
-	defer cancel()
-	md, _ := metadata.FromOutgoingContext(actx)
-	var got []string
-	for _, k := range protocolKeys {
-		for _, v := range md.Get(k) {
-			got = append(got, k+": "+v)
-		}
-	}
 	var want []string
 	for _, w := range e.want {
 		if w != "" {
 			want = append(want, w)
 		}
 	}
-	slices.Sort(got)
 	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("%v: serving %q, attempt %d: sent %q, want %q", e, e.fields["serving"], attempt, got, want)
+	// Both ways of writing the metadata: built per attempt, and shared
+	// (a first attempt's, when the call offers it room, see withShared).
+	for _, into := range []*mdContext{nil, {}} {
+		c.attempt = attempt
+		actx, cancel := c.attemptContext(false, into)
+		cancel()
+		md, _ := metadata.FromOutgoingContext(actx)
+		var got []string
+		for _, k := range protocolKeys {
+			for _, v := range md.Get(k) {
+				got = append(got, k+": "+v)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%v: serving %q, attempt %d, shared room %v: sent %q, want %q", e, e.fields["serving"], attempt, into != nil, got, want)
+		}
 	}
 }
 

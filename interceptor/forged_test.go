@@ -24,7 +24,7 @@ func chainAttempts(t *testing.T, p TierPolicy, md metadata.MD, n int) []int {
 		var c call
 		c.init(sc, &cfg, "passthrough:///next", "/svc/M")
 		out[tier] = c.max
-		actx, cancel := c.attemptContext(false)
+		actx, cancel := c.attemptContext(false, &mdContext{})
 		md, _ = metadata.FromOutgoingContext(actx)
 		cancel()
 	}

@@ -82,6 +82,7 @@ type hedgeCall struct {
 	leadOpts []grpc.CallOption
 	optsBuf  [4]grpc.CallOption
 	timer    stopper
+	out      mdContext // the first lead's context (see withShared)
 	// mu orders the lead's end and the first hedge delay's: whichever
 	// comes first decides whether a coordinator runs (coordinating) or
 	// not (leadDone). gen numbers the leads, so that the timer of an
@@ -206,7 +207,7 @@ func (h *hedgeCall) startLead() {
 	h.leadDone, h.coordinating = false, false
 	h.mu.Unlock()
 	h.timer = nil
-	actx, timeout := c.attemptContext(true)
+	actx, timeout := c.attemptContext(true, &h.out)
 	t.start = c.cfg.now()
 	delay := c.hedgeDelay(h.target)
 	// A lead that cannot be hedged (the rules say no now) needs neither a
@@ -377,7 +378,7 @@ func (h *hedgeCall) launch() StopReason {
 		return r
 	}
 	c.hedgeNext = true
-	actx, timeout := c.attemptContext(true)
+	actx, timeout := c.attemptContext(true, nil)
 	c.hedgeNext = false
 	t.ctx, t.stop = context.WithCancel(actx)
 	t.timeout, t.reply = timeout, h.replyT.New().Interface()

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"strconv"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -81,4 +82,107 @@ func (in incoming) get(key string) []string {
 		return in.md[key]
 	}
 	return metadata.ValueFromIncomingContext(in.ctx, key)
+}
+
+// Writing an attempt's metadata without building it per attempt.
+//
+// metadata.AppendToOutgoingContext copies its pairs into a new value and
+// wraps the context around it: four allocations per attempt, on every
+// call a middle tier makes. Most first attempts carry the same few pairs
+// (x-call-depth with a small depth, the hedging mark, or both) on a
+// caller's context that carries no outgoing metadata of its own, and for
+// those the value grpc-go keeps is always the same: it is made once per
+// combination (learnOutgoing, with AppendToOutgoingContext itself), and
+// the attempt's context is an mdContext, kept in the call's own
+// allocation, that answers grpc-go's key with it. grpc-go only reads that
+// value. As for the incoming key, a grpc-go release that keeps outgoing
+// metadata otherwise makes learnOutgoing fail, and every attempt goes
+// through AppendToOutgoingContext again (TestOutgoingMetadataShared says
+// so first).
+
+// maxSharedDepth is the deepest x-call-depth whose metadata is shared;
+// deeper chains build theirs per attempt.
+const maxSharedDepth = 16
+
+// outgoingKey is grpc-go's context key of outgoing metadata, or nil.
+var outgoingKey = learnOutgoingKey()
+
+// sharedMD[depth][mark] is the value AppendToOutgoingContext gives a
+// context without metadata for sharedPairs(depth, mark); nil when it
+// could not be learnt.
+var sharedMD = learnShared()
+
+func learnOutgoingKey() any {
+	var key any
+	metadata.FromOutgoingContext(keySpy{Context: context.Background(), key: &key})
+	return key
+}
+
+// learnShared makes sharedMD, and checks that each value reads back,
+// through an mdContext, as its pairs.
+func learnShared() *[maxSharedDepth + 1][hedgeMark + 1]any {
+	if outgoingKey == nil {
+		return nil
+	}
+	var vals [maxSharedDepth + 1][hedgeMark + 1]any
+	for d := range vals {
+		for m := range vals[d] {
+			kv := sharedPairs(d, m)
+			if len(kv) == 0 {
+				continue
+			}
+			vals[d][m] = metadata.AppendToOutgoingContext(context.Background(), kv...).Value(outgoingKey)
+			got, ok := metadata.FromOutgoingContext(&mdContext{Context: context.Background(), md: vals[d][m]})
+			if vals[d][m] == nil || !ok || len(got) != len(kv)/2 {
+				return nil
+			}
+			for i := 0; i < len(kv); i += 2 {
+				if v := got[kv[i]]; len(v) != 1 || v[0] != kv[i+1] {
+					return nil
+				}
+			}
+		}
+	}
+	return &vals
+}
+
+// sharedPairs are the pairs of a first attempt at depth (0: none) with
+// the hedging mark (0: none).
+func sharedPairs(depth, mark int) []string {
+	var kv []string
+	if depth > 0 {
+		kv = append(kv, MetadataDepth, strconv.Itoa(depth))
+	}
+	if mark > 0 {
+		kv = append(kv, MetadataHedging, strconv.Itoa(mark))
+	}
+	return kv
+}
+
+// mdContext is a context whose outgoing metadata is md, a value made by
+// learnOutgoing.
+type mdContext struct {
+	context.Context
+	md any
+}
+
+func (c *mdContext) Value(key any) any {
+	if key == outgoingKey {
+		return c.md
+	}
+	return c.Context.Value(key)
+}
+
+// withShared returns ctx with the outgoing metadata {x-call-depth: depth}
+// (none for 0) and {x-stormguard-hedging: mark} (none for 0), made in
+// into, and true; or false when that metadata is not shared (see above;
+// no metadata at all is not shared either) or ctx carries outgoing
+// metadata of its own.
+func withShared(into *mdContext, ctx context.Context, depth, mark int) (context.Context, bool) {
+	if sharedMD == nil || depth < 0 || depth > maxSharedDepth || mark < 0 || mark > hedgeMark ||
+		sharedMD[depth][mark] == nil || ctx.Value(outgoingKey) != nil {
+		return nil, false
+	}
+	*into = mdContext{Context: ctx, md: sharedMD[depth][mark]}
+	return into, true
 }

@@ -139,6 +139,7 @@ type retryStream struct {
 	reporting sync.WaitGroup // outcomes abandoned is reporting; see settle
 
 	first streamAttempt // the first attempt, in the same allocation
+	out   mdContext     // its context (see withShared)
 	// settledOn is the attempt a server stream settled on (it delivered a
 	// message): from then on messages go straight to it (see recvSettled).
 	settledOn atomic.Pointer[streamAttempt]
@@ -269,7 +270,7 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 // so it needs no cancel.
 func (s *retryStream) attemptContext(a *streamAttempt) context.Context {
 	first := s.c.attempt == 0
-	mctx, _ := s.c.attemptContext(false)
+	mctx, _ := s.c.attemptContext(false, &s.out)
 	if first {
 		a.cancel = func() {}
 		return mctx

@@ -37,6 +37,7 @@ type unaryCall struct {
 	topt    grpc.TrailerCallOption
 	opts    []grpc.CallOption
 	optsBuf [4]grpc.CallOption // the call's options (usually none) and our two
+	out     mdContext          // the first attempt's context (see withShared)
 }
 
 func (cl *client) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -110,7 +111,7 @@ func (u *unaryCall) begin() (context.Context, error) {
 	}
 	u.cancel = nil // a panic in attemptContext: see panicked
 	u.running = true
-	u.actx, u.cancel = c.attemptContext(true)
+	u.actx, u.cancel = c.attemptContext(true, &u.out)
 	u.header, u.trailer = nil, nil
 	return u.actx, nil
 }
