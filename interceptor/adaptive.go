@@ -131,12 +131,12 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	}
 	if err != nil {
 		if c.cfg.observer != nil {
-			c.observe(Event{Kind: EventThrottled, Attempt: a.n, Probability: t.Stats().Probability})
+			c.observe(Event{Kind: EventThrottled, Attempt: int(a.n), Probability: t.Stats().Probability})
 		}
 		return StopThrottled
 	}
 	if p.Probe() {
-		c.observe(Event{Kind: EventProbe, Attempt: a.n})
+		c.observe(Event{Kind: EventProbe, Attempt: int(a.n)})
 	}
 	a.thr = p
 	return 0

@@ -23,8 +23,7 @@ type call struct {
 	key    string    // of the per-target mechanisms
 	conn   connState // the call's channel, for the throttle
 
-	mechs  [maxMechanisms]mechanism
-	nmechs int
+	mechs [maxMechanisms]mechanism
 
 	max     int // attempts allowed for this call, after the tier policy
 	attempt int // attempts made so far
@@ -39,6 +38,11 @@ type call struct {
 	// hedging: the call hedges (see WithHedging); its attempts carry
 	// MetadataHedging. hedgeNext: the next attempt is a hedge.
 	hedging, hedgeNext bool
+	// running: a unary call's current attempt went out and is not yet
+	// reported (see unaryCall.panicked). Here, with the flags, rather than
+	// in unaryCall: so the unary call fits its allocation's size class.
+	running bool
+	nmechs  uint8 // mechs in use
 }
 
 // init prepares c for a call to method of target (normalized: one key
@@ -56,7 +60,7 @@ func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 		c.key = methodKey(target, method)
 	}
 	for _, f := range cfg.mechanisms {
-		if m := f(c.key); m != nil && c.nmechs < len(c.mechs) {
+		if m := f(c.key); m != nil && int(c.nmechs) < len(c.mechs) {
 			c.mechs[c.nmechs] = m
 			c.nmechs++
 		}
@@ -79,7 +83,7 @@ func (c *call) begin(a *attempt) error {
 // admit is begin without ending the call: it returns why a mechanism
 // refused the attempt, or zero.
 func (c *call) admit(a *attempt) StopReason {
-	a.n = c.attempt
+	a.n = int32(c.attempt)
 	ms := c.mechanisms()
 	allowed, returned := 0, false
 	defer func() {

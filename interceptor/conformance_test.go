@@ -266,6 +266,13 @@ func checkOutgoingExample(t *testing.T, e specExample) {
 		c.attempt = attempt
 		actx, cancel := c.attemptContext(false, into)
 		cancel()
+		// The shared path is taken exactly where it applies: a first
+		// attempt, no upstream retries, some metadata, depth within
+		// maxSharedDepth (on a context without metadata of its own).
+		shared := into != nil && actx == context.Context(into)
+		if want := into != nil && attempt == 0 && c.info.UpstreamRetries == 0 && len(want) > 0 && c.info.Depth < maxSharedDepth; shared != want {
+			t.Errorf("%v: serving %q, attempt %d: shared metadata %v, want %v", e, e.fields["serving"], attempt, shared, want)
+		}
 		md, _ := metadata.FromOutgoingContext(actx)
 		var got []string
 		for _, k := range protocolKeys {

@@ -82,7 +82,7 @@ type hedgeCall struct {
 	leadOpts []grpc.CallOption
 	optsBuf  [4]grpc.CallOption
 	timer    stopper
-	out      mdContext // the first lead's context (see withShared)
+	out      *mdContext // the unary call's, for the first lead's context (see withShared)
 	// mu orders the lead's end and the first hedge delay's: whichever
 	// comes first decides whether a coordinator runs (coordinating) or
 	// not (leadDone). gen numbers the leads, so that the timer of an
@@ -152,7 +152,7 @@ func splitOptions(opts []grpc.CallOption) ([]grpc.CallOption, userOptions) {
 // between them.
 func (hu *hedgedUnary) run(ht *hedgeTarget, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
 	c, h := &hu.call, &hu.h
-	*h = hedgeCall{c: c, target: ht, method: method, req: req, reply: reply, replyT: replyType(reply), cc: cc, invoker: invoker, userOpts: opts}
+	*h = hedgeCall{c: c, out: &hu.out, target: ht, method: method, req: req, reply: reply, replyT: replyType(reply), cc: cc, invoker: invoker, userOpts: opts}
 	c.hedging = true
 	for {
 		wait, err := h.leadAttempt()
@@ -207,7 +207,7 @@ func (h *hedgeCall) startLead() {
 	h.leadDone, h.coordinating = false, false
 	h.mu.Unlock()
 	h.timer = nil
-	actx, timeout := c.attemptContext(true, &h.out)
+	actx, timeout := c.attemptContext(true, h.out)
 	t.start = c.cfg.now()
 	delay := c.hedgeDelay(h.target)
 	// A lead that cannot be hedged (the rules say no now) needs neither a
@@ -494,7 +494,7 @@ func (h *hedgeCall) answer(t *hedgeTry, o outcome) error {
 		if t.err == nil { // a win is an answer; a fast failure is none
 			h.target.count(c.cfg.now(), true)
 		}
-		c.observe(Event{Kind: EventHedgeWon, Attempt: t.a.n, Code: o.code})
+		c.observe(Event{Kind: EventHedgeWon, Attempt: int(t.a.n), Code: o.code})
 		h.deliver(t)
 		if t.err == nil {
 			copyReply(h.reply, t.reply)
@@ -536,7 +536,7 @@ func (h *hedgeCall) cancelAll() {
 	for len(h.flight) > 0 {
 		t := <-h.results
 		h.judge(t)
-		h.c.observe(Event{Kind: EventHedgeCancelled, Attempt: t.a.n})
+		h.c.observe(Event{Kind: EventHedgeCancelled, Attempt: int(t.a.n)})
 		if t.panicked && raise == nil {
 			raise = t
 		}

@@ -14,20 +14,20 @@ import (
 // stream's attempt that a retry replaced, hedges): each holds its own
 // permits.
 type attempt struct {
-	n        int       // its index, 0 for the first
-	started  time.Time // when it went out, when observed
-	timedOut bool      // its own per-attempt timeout expired (unary)
+	n        int32 // its index, 0 for the first (32 bits: the flags share its word)
+	timedOut bool  // its own per-attempt timeout expired (unary)
 	// mustReport: a mechanism holds a scarce slot for the attempt (a
 	// half-open breaker's probe), so that a stream its caller abandons
 	// must release it when the caller's context ends (see abandoner).
 	mustReport bool
+	started    time.Time // when it went out, when observed
 	// answered: the target answered it (a stream's header or message),
 	// so that running into the caller's deadline later is no hang.
 	answered atomic.Bool
+	brkDone  atomic.Bool // the breaker heard its outcome (a stream's probe hears early)
 
-	brk     breaker.Permit
-	brkDone atomic.Bool // the breaker heard its outcome (a stream's probe hears early)
-	thr     adaptive.Permit
+	brk breaker.Permit
+	thr adaptive.Permit
 }
 
 // mechanism is one per-target mechanism of a client call: a retry limiter
@@ -181,12 +181,12 @@ type observerGuard struct{}
 
 func (observerGuard) allow(c *call, a *attempt) StopReason {
 	a.started = time.Now()
-	c.observe(Event{Kind: EventAttemptStart, Attempt: a.n})
+	c.observe(Event{Kind: EventAttemptStart, Attempt: int(a.n)})
 	return 0
 }
 
 func (observerGuard) done(c *call, a *attempt, o outcome) {
-	c.observe(Event{Kind: EventAttemptEnd, Attempt: a.n, Code: o.code, Duration: time.Since(a.started)})
+	c.observe(Event{Kind: EventAttemptEnd, Attempt: int(a.n), Code: o.code, Duration: time.Since(a.started)})
 }
 
 func (observerGuard) retry(*call) StopReason { return 0 }

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"google.golang.org/grpc/metadata"
@@ -92,13 +93,15 @@ func (in incoming) get(key string) []string {
 // (x-call-depth with a small depth, the hedging mark, or both) on a
 // caller's context that carries no outgoing metadata of its own, and for
 // those the value grpc-go keeps is always the same: it is made once per
-// combination (learnOutgoing, with AppendToOutgoingContext itself), and
+// combination (learnShared, with AppendToOutgoingContext itself), and
 // the attempt's context is an mdContext, kept in the call's own
 // allocation, that answers grpc-go's key with it. grpc-go only reads that
-// value. As for the incoming key, a grpc-go release that keeps outgoing
-// metadata otherwise makes learnOutgoing fail, and every attempt goes
-// through AppendToOutgoingContext again (TestOutgoingMetadataShared says
-// so first).
+// value, and a context that adds metadata on top of it copies what it
+// adds (TestOutgoingMetadataShared). As for the incoming key, a grpc-go
+// release that keeps outgoing metadata otherwise makes learnOutgoingKey
+// or learnShared fail, and every attempt goes through
+// AppendToOutgoingContext again (TestOutgoingMetadataShared says so
+// first).
 
 // maxSharedDepth is the deepest x-call-depth whose metadata is shared;
 // deeper chains build theirs per attempt.
@@ -132,7 +135,7 @@ func learnShared() *[maxSharedDepth + 1][hedgeMark + 1]any {
 				continue
 			}
 			vals[d][m] = metadata.AppendToOutgoingContext(context.Background(), kv...).Value(outgoingKey)
-			got, ok := metadata.FromOutgoingContext(&mdContext{Context: context.Background(), md: vals[d][m]})
+			got, ok := metadata.FromOutgoingContext(&mdContext{Context: context.Background(), md: &vals[d][m]})
 			if vals[d][m] == nil || !ok || len(got) != len(kv)/2 {
 				return nil
 			}
@@ -159,18 +162,24 @@ func sharedPairs(depth, mark int) []string {
 	return kv
 }
 
-// mdContext is a context whose outgoing metadata is md, a value made by
-// learnOutgoing.
+// mdContext is a context whose outgoing metadata is *md, a value of
+// sharedMD (a pointer: the context lives in the call's allocation, which
+// it keeps in a smaller size class).
 type mdContext struct {
 	context.Context
-	md any
+	md *any
 }
 
 func (c *mdContext) Value(key any) any {
 	if key == outgoingKey {
-		return c.md
+		return *c.md
 	}
 	return c.Context.Value(key)
+}
+
+// String names the context as the context package names its own.
+func (c *mdContext) String() string {
+	return fmt.Sprint(c.Context) + ".WithAttemptMetadata"
 }
 
 // withShared returns ctx with the outgoing metadata {x-call-depth: depth}
@@ -183,6 +192,6 @@ func withShared(into *mdContext, ctx context.Context, depth, mark int) (context.
 		sharedMD[depth][mark] == nil || ctx.Value(outgoingKey) != nil {
 		return nil, false
 	}
-	*into = mdContext{Context: ctx, md: sharedMD[depth][mark]}
+	*into = mdContext{Context: ctx, md: &sharedMD[depth][mark]}
 	return into, true
 }

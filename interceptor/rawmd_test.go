@@ -2,6 +2,8 @@ package interceptor
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/metadata"
@@ -66,6 +68,22 @@ func TestOutgoingMetadataShared(t *testing.T) {
 				t.Fatalf("depth %d, mark %d: the caller's value reads %v", depth, mark, v)
 			}
 		}
+	}
+	// Metadata added on top of one shared value is the adder's alone, and
+	// the shared value is unchanged.
+	var into mdContext
+	shared, _ := withShared(&into, parent, 2, hedgingMark)
+	a := metadata.AppendToOutgoingContext(shared, "x-a", "1")
+	b := metadata.AppendToOutgoingContext(shared, "x-b", "2")
+	mdA, _ := metadata.FromOutgoingContext(a)
+	mdB, _ := metadata.FromOutgoingContext(b)
+	mdA[MetadataDepth][0] = "edited" // FromOutgoingContext's copy
+	again, _ := metadata.FromOutgoingContext(shared)
+	if len(mdA) != 3 || mdB["x-a"] != nil || mdB["x-b"][0] != "2" || !mdEqual(again, metadata.Pairs(MetadataDepth, "2", MetadataHedging, "1")) {
+		t.Fatalf("added on one shared value: %v and %v; the shared value now reads %v", mdA, mdB, again)
+	}
+	if s := fmt.Sprint(shared); !strings.HasSuffix(s, ".WithAttemptMetadata") {
+		t.Fatalf("the attempt's context prints as %q", s)
 	}
 	own := metadata.AppendToOutgoingContext(parent, "x-user", "1")
 	if _, ok := withShared(&mdContext{}, own, 1, 0); ok {

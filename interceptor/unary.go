@@ -30,7 +30,6 @@ type unaryCall struct {
 	cur     attempt
 	actx    context.Context    // the current attempt's
 	cancel  context.CancelFunc // its per-attempt timeout
-	running bool               // cur went out and is not yet reported
 	header  metadata.MD
 	trailer metadata.MD
 	hopt    grpc.HeaderCallOption
@@ -110,7 +109,7 @@ func (u *unaryCall) begin() (context.Context, error) {
 		return nil, err
 	}
 	u.cancel = nil // a panic in attemptContext: see panicked
-	u.running = true
+	u.call.running = true
 	u.actx, u.cancel = c.attemptContext(true, &u.out)
 	u.header, u.trailer = nil, nil
 	return u.actx, nil
@@ -130,7 +129,7 @@ func (u *unaryCall) end(err error) (bool, error) {
 	a.timedOut = err != nil && c.ownTimeout(u.actx, err, c.cfg.now())
 	c.committed = u.header != nil
 	o := c.classify(a, err, u.trailer)
-	u.running = false
+	u.call.running = false
 	u.cancel()
 	c.report(a, o)
 	wait, err := c.next(err, o)
@@ -149,8 +148,8 @@ func (u *unaryCall) end(err error) (bool, error) {
 // must hear of the attempt all the same, or a half-open probe would
 // keep its slot forever.
 func (u *unaryCall) panicked() {
-	if u.running {
-		u.running = false
+	if u.call.running {
+		u.call.running = false
 		if u.cancel != nil {
 			u.cancel()
 		}

@@ -20,7 +20,7 @@ type countMech struct {
 }
 
 func (m *countMech) allow(c *call, a *attempt) StopReason {
-	if m.refuseFrom > 0 && a.n >= m.refuseFrom {
+	if m.refuseFrom > 0 && int(a.n) >= m.refuseFrom {
 		return StopThrottled
 	}
 	m.allowed++
