@@ -205,7 +205,8 @@ func (c *coldStart) update(at, inflight, per int64) (keep int64) {
 	if ttt > 0 && at-since >= coldSpan*max(ttt, c.floor) {
 		return c.end()
 	}
-	c.mark(coldMark{at, done, c.share.Load()})
+	now := coldMark{at, done, c.share.Load()}
+	c.mark(now)
 	half := c.markAt(since + (at-since)/2)
 	growth := 0.0
 	m := half.n
@@ -214,8 +215,7 @@ func (c *coldStart) update(at, inflight, per int64) (keep int64) {
 	}
 	// The completions since half the time: their mean share of the
 	// time since the first request shows a queue (see coldQueued).
-	last := c.marks[len(c.marks)-1]
-	queued := last.n-half.n >= coldShareDone && float64(last.share-half.share) >= coldQueued*1e6*float64(last.n-half.n)
+	queued := now.n-half.n >= coldShareDone && float64(now.share-half.share) >= coldQueued*1e6*float64(now.n-half.n)
 	if m >= coldDecided && growth <= coldGrowth || queued {
 		c.decided = true
 	}

@@ -167,38 +167,46 @@ func (c *call) sharedContext(into *mdContext) (context.Context, bool) {
 	if into == nil || c.attempt > 0 || c.info.UpstreamRetries > 0 {
 		return nil, false
 	}
-	depth := 0
-	if c.st != nil {
-		depth = min(c.info.Depth+1, MaxDepth)
-	}
-	return withShared(into, c.ctx, depth, c.hedgingMark()) // none for no metadata
+	return withShared(into, c.ctx, c.sendDepth(), c.hedgingMark()) // none for no metadata
 }
 
 // withMetadata returns the caller's context with the metadata of the
-// call's next attempt (protocol section 2.2).
+// call's next attempt.
 func (c *call) withMetadata() context.Context {
-	var kv [8]string
-	n := 0
-	if c.attempt > 0 {
-		kv[0], kv[1] = MetadataAttempt, strconv.Itoa(c.attempt)
-		n = 2
-	}
-	if c.st != nil {
-		kv[n], kv[n+1] = MetadataDepth, strconv.Itoa(min(c.info.Depth+1, MaxDepth))
-		n += 2
-		if c.info.UpstreamRetries > 0 {
-			kv[n], kv[n+1] = MetadataUpstreamRetries, strconv.Itoa(c.info.UpstreamRetries)
-			n += 2
-		}
-	}
-	if m := c.hedgingMark(); m > 0 {
-		kv[n], kv[n+1] = MetadataHedging, strconv.Itoa(m)
-		n += 2
-	}
-	if n == 0 {
+	var buf [8]string
+	kv := attemptPairs(buf[:0], c.attempt, c.sendDepth(), c.info.UpstreamRetries, c.hedgingMark())
+	if len(kv) == 0 {
 		return c.ctx
 	}
-	return metadata.AppendToOutgoingContext(c.ctx, kv[:n]...)
+	return metadata.AppendToOutgoingContext(c.ctx, kv...)
+}
+
+// sendDepth is the x-call-depth of the call's attempts, 0 for none: an
+// edge client (serving no request) sends none.
+func (c *call) sendDepth() int {
+	if c.st == nil {
+		return 0
+	}
+	return min(c.info.Depth+1, MaxDepth)
+}
+
+// attemptPairs appends to kv the metadata pairs of an attempt (protocol
+// section 2.2 and 2.5): its index n, the depth, the upstream retries u
+// and the hedging mark, each only when above 0.
+func attemptPairs(kv []string, n, depth, u, mark int) []string {
+	if n > 0 {
+		kv = append(kv, MetadataAttempt, strconv.Itoa(n))
+	}
+	if depth > 0 {
+		kv = append(kv, MetadataDepth, strconv.Itoa(depth))
+	}
+	if u > 0 {
+		kv = append(kv, MetadataUpstreamRetries, strconv.Itoa(u))
+	}
+	if mark > 0 {
+		kv = append(kv, MetadataHedging, strconv.Itoa(mark))
+	}
+	return kv
 }
 
 // hedgingMark is the MetadataHedging value of the call's next attempt,

@@ -3,7 +3,6 @@ package interceptor
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"google.golang.org/grpc/metadata"
 )
@@ -111,8 +110,9 @@ const maxSharedDepth = 16
 var outgoingKey = learnOutgoingKey()
 
 // sharedMD[depth][mark] is the value AppendToOutgoingContext gives a
-// context without metadata for sharedPairs(depth, mark); nil when it
-// could not be learnt.
+// context without metadata for a first attempt's pairs at depth (0:
+// none) with the hedging mark (0: none); nil when it could not be
+// learnt.
 var sharedMD = learnShared()
 
 func learnOutgoingKey() any {
@@ -130,7 +130,7 @@ func learnShared() *[maxSharedDepth + 1][hedgeMark + 1]any {
 	var vals [maxSharedDepth + 1][hedgeMark + 1]any
 	for d := range vals {
 		for m := range vals[d] {
-			kv := sharedPairs(d, m)
+			kv := attemptPairs(nil, 0, d, 0, m)
 			if len(kv) == 0 {
 				continue
 			}
@@ -147,19 +147,6 @@ func learnShared() *[maxSharedDepth + 1][hedgeMark + 1]any {
 		}
 	}
 	return &vals
-}
-
-// sharedPairs are the pairs of a first attempt at depth (0: none) with
-// the hedging mark (0: none).
-func sharedPairs(depth, mark int) []string {
-	var kv []string
-	if depth > 0 {
-		kv = append(kv, MetadataDepth, strconv.Itoa(depth))
-	}
-	if mark > 0 {
-		kv = append(kv, MetadataHedging, strconv.Itoa(mark))
-	}
-	return kv
 }
 
 // mdContext is a context whose outgoing metadata is *md, a value of

@@ -3,6 +3,8 @@ package interceptor
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,7 +52,7 @@ func TestOutgoingMetadataShared(t *testing.T) {
 	parent := context.WithValue(context.Background(), key{}, "caller's")
 	for depth := 0; depth <= maxSharedDepth+1; depth++ {
 		for mark := 0; mark <= hedgeMark; mark++ {
-			kv := sharedPairs(depth, mark)
+			kv := attemptPairs(nil, 0, depth, 0, mark)
 			var into mdContext
 			ctx, ok := withShared(&into, parent, depth, mark)
 			if want := depth <= maxSharedDepth && len(kv) > 0; ok != want {
@@ -91,22 +93,7 @@ func TestOutgoingMetadataShared(t *testing.T) {
 	}
 }
 
-func mdEqual(a, b metadata.MD) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if len(b[k]) != len(v) {
-			return false
-		}
-		for i := range v {
-			if b[k][i] != v[i] {
-				return false
-			}
-		}
-	}
-	return true
-}
+func mdEqual(a, b metadata.MD) bool { return maps.EqualFunc(a, b, slices.Equal[[]string]) }
 
 // A middle tier's first attempt of a call sends x-call-depth without an
 // allocation when the call gives it room; a retry, or a call whose
