@@ -111,8 +111,10 @@ type stateKey struct{}
 // context.WithValue plus the state would be two.
 type stateCtx struct {
 	context.Context
-	st      serverState
-	running bool // a unary handler runs (see server.unary)
+	st       serverState
+	room     *methodRoom // a unary request's method (see stackroom.go)
+	running  bool        // a unary handler runs (see server.unary)
+	roomMade bool        // room was made on the stack for the handler
 }
 
 func (c *stateCtx) Value(key any) any {

@@ -43,6 +43,7 @@ type server struct {
 	// mechs are asked, in order, whether a request may run, and told how
 	// its handler ended (see serverMechanism).
 	mechs []serverMechanism
+	room  *stackRoom // what unary handlers' stacks need (see stackroom.go)
 }
 
 // serverMechanism is one mechanism of the server interceptors: admission
@@ -69,7 +70,7 @@ var (
 
 // newServer builds the server interceptors' state from cfg.
 func newServer(cfg *config) server {
-	s := server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission, health: cfg.health, rand: cfg.rand}
+	s := server{untrusted: cfg.untrusted, ignoreEnvoy: cfg.ignoreEnvoy, observer: cfg.observer, retryable: cfg.retryable, admission: cfg.admission, health: cfg.health, rand: cfg.rand, room: &stackRoom{}}
 	// Health first: it notes the epoch a request starts in before the
 	// request waits in admission's queue.
 	if cfg.health != nil {
@@ -162,26 +163,33 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return nil, err
 	}
 	defer sc.leftOnPanic()
+	at := stackMark()
 	resp, err := handler(sc, req)
-	return resp, sc.leave(err)
+	return resp, sc.leave(err, at != stackMark())
 }
 
 // enter begins a unary request and asks the mechanisms whether it may
-// run: its handler's context, or nil and the error it ends with.
+// run: its handler's context, or nil and the error it ends with. For a
+// request that may run, it makes room on the stack for the handler if
+// its method needs it (see stackroom.go).
 func (s *server) enter(ctx context.Context, method string) (*stateCtx, error) {
 	sc := s.begin(ctx, method)
 	if err := s.admit(sc, method, nil); err != nil {
 		return nil, err
 	}
 	sc.running = true
+	sc.room = s.room.of(method)
+	sc.roomMade = sc.room.before()
 	return sc, nil
 }
 
-// leave ends a unary request whose handler returned err: the mechanisms
-// hear how it ended, and the caller is told "do not retry" if the
-// handler's calls gave up. It returns err.
-func (sc *stateCtx) leave(err error) error {
+// leave ends a unary request whose handler returned err, and whose
+// stack moved while it ran or not: the mechanisms hear how it ended,
+// and the caller is told "do not retry" if the handler's calls gave up.
+// It returns err.
+func (sc *stateCtx) leave(err error, moved bool) error {
 	sc.running = false
+	sc.room.after(sc.roomMade, moved)
 	s, method := sc.st.srv, sc.st.method
 	s.done(sc, s.mechs, err)
 	if s.dontRetryNeeded(sc, method, err) {

@@ -29,7 +29,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -254,28 +256,66 @@ func callcost(args []string, w io.Writer) error {
 	callers := fs.Int("callers", 64, "callers sending back to back")
 	d := fs.Duration("for", 500*time.Millisecond, "length of each run")
 	rounds := fs.Int("rounds", 12, "interleaved rounds: each runs every variant once")
+	only := fs.String("only", "", "run only `off` and the variants whose names match this regular expression")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the rounds (not the warm-up) to `file`, each sample labelled with its variant")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	variants := variants
+	if *only != "" {
+		re, err := regexp.Compile(*only)
+		if err != nil {
+			return fmt.Errorf("-only: %w", err)
+		}
+		variants = slices.DeleteFunc(slices.Clone(variants), func(v variant) bool { return v.name != "off" && !re.MatchString(v.name) })
 	}
 	if *callers < 1 || *rounds < 1 || *d <= 0 {
 		return fmt.Errorf("want -callers >= 1, -rounds >= 1 and -for > 0")
 	}
 	clients := make([]testpb.TestServiceClient, len(variants))
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
 	for i, v := range variants {
-		cl, stop, err := chain(v)
+		// The label marks every goroutine of the variant's chain in a
+		// profile: those its servers and connections start inherit it.
+		var err error
+		pprof.Do(context.Background(), pprof.Labels("variant", v.name), func(context.Context) {
+			var stop func()
+			if clients[i], stop, err = chain(v); err != nil {
+				return
+			}
+			stops = append(stops, stop)
+			if _, err = run(clients[i], *callers, min(*d, 200*time.Millisecond)); err != nil { // warm the connections
+				err = fmt.Errorf("%s: %w", v.name, err)
+			}
+		})
 		if err != nil {
 			return err
 		}
-		defer stop()
-		clients[i] = cl
-		if _, err := run(cl, *callers, min(*d, 200*time.Millisecond)); err != nil { // warm the connections
-			return fmt.Errorf("%s: %w", v.name, err)
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
 		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	samples := make([][]sample, len(variants))
 	for range *rounds {
 		for i, cl := range clients {
-			s, err := run(cl, *callers, *d)
+			var s sample
+			var err error
+			pprof.Do(context.Background(), pprof.Labels("variant", variants[i].name), func(context.Context) {
+				s, err = run(cl, *callers, *d)
+			})
 			if err != nil {
 				return fmt.Errorf("%s: %w", variants[i].name, err)
 			}
