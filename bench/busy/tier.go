@@ -73,7 +73,7 @@ func parseTierFlags(args []string, stderr io.Writer) (tierFlags, error) {
 			"Each request's work (--fail-all, --fail, --wait, --workers/--hold, --cpu) runs behind\n"+
 			"every interceptor of the stack, as a handler's would. The stats port also serves\n"+
 			"GET /arrivals (calls per millisecond), POST /fail-all?on=1 (on=0 ends it) and\n"+
-			"GET /debug/pprof/profile?seconds=N (a CPU profile of the tier under load).\n"+
+			"GET /debug/pprof/profile?seconds=N (a CPU profile of the tier under load), GET /debug/pprof/allocs (its allocations since it started).\n"+
 			"Stop it with SIGTERM.\n\nFlags:\n", lineStats, lineAddr)
 		fs.PrintDefaults()
 	}
@@ -344,8 +344,10 @@ func serveStats(addr string, t *tier) (stop func(), url string, err error) {
 		return nil, "", fmt.Errorf("stats: %w", err)
 	}
 	mux := http.NewServeMux()
-	// A CPU profile of the tier under load: GET /debug/pprof/profile?seconds=N.
+	// A CPU profile of the tier under load: GET /debug/pprof/profile?seconds=N;
+	// what it allocated since it started: GET /debug/pprof/allocs.
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.Handle("GET /debug/pprof/allocs", pprof.Handler("allocs"))
 	mux.HandleFunc("GET "+pathCounts, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, t.counts()) })
 	mux.HandleFunc("GET "+pathArrivals, func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, t.arrivals.snapshot()) })
 	mux.HandleFunc("POST "+pathFailAll, func(w http.ResponseWriter, r *http.Request) {
