@@ -76,14 +76,15 @@ type Info struct {
 // caller "do not retry".
 type serverState struct {
 	gaveUp atomic.Bool
-	epoch  uint64           // WithHealth: the Serving's epoch when the request started
-	permit admission.Permit // WithAdmission: a unary call's slot until its handler returns
-
 	// The Info is parsed on first use (Info): a leaf tier that calls no
 	// one, has no observer and is not overloaded never reads the five
 	// keys, each of which grpc-go looks up by a walk over all the
-	// request's headers when it is absent.
+	// request's headers when it is absent. (parsed sits next to gaveUp,
+	// in one word.)
 	parsed atomic.Bool
+	epoch  uint64           // WithHealth: the Serving's epoch when the request started
+	permit admission.Permit // WithAdmission: a unary call's slot until its handler returns
+
 	mu     sync.Mutex // serializes the parse
 	srv    *server    // nil: info was given, not parsed
 	in     context.Context
@@ -112,9 +113,9 @@ type stateKey struct{}
 type stateCtx struct {
 	context.Context
 	st       serverState
-	room     *methodRoom // a unary request's method (see stackroom.go)
-	running  bool        // a unary handler runs (see server.unary)
-	roomMade bool        // room was made on the stack for the handler
+	mark     uintptr // where a unary handler's stack was before it ran (see stackroom.go)
+	running  bool    // a unary handler runs (see server.unary)
+	roomMade bool    // room was made on the stack for the handler
 }
 
 func (c *stateCtx) Value(key any) any {

@@ -163,9 +163,9 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		return nil, err
 	}
 	defer sc.leftOnPanic()
-	at := stackMark()
+	sc.mark = stackMark(&sc)
 	resp, err := handler(sc, req)
-	return resp, sc.leave(err, at != stackMark())
+	return resp, sc.leave(err, stackMark(&sc))
 }
 
 // enter begins a unary request and asks the mechanisms whether it may
@@ -178,19 +178,18 @@ func (s *server) enter(ctx context.Context, method string) (*stateCtx, error) {
 		return nil, err
 	}
 	sc.running = true
-	sc.room = s.room.of(method)
-	sc.roomMade = sc.room.before()
+	sc.roomMade = s.room.of(method).before()
 	return sc, nil
 }
 
-// leave ends a unary request whose handler returned err, and whose
-// stack moved while it ran or not: the mechanisms hear how it ended,
-// and the caller is told "do not retry" if the handler's calls gave up.
-// It returns err.
-func (sc *stateCtx) leave(err error, moved bool) error {
+// leave ends a unary request whose handler returned err, mark being
+// where the handler's stack is now (see stackMark): the mechanisms hear
+// how it ended, and the caller is told "do not retry" if the handler's
+// calls gave up. It returns err.
+func (sc *stateCtx) leave(err error, mark uintptr) error {
 	sc.running = false
-	sc.room.after(sc.roomMade, moved)
 	s, method := sc.st.srv, sc.st.method
+	s.room.of(method).after(sc.roomMade, mark != sc.mark)
 	s.done(sc, s.mechs, err)
 	if s.dontRetryNeeded(sc, method, err) {
 		_ = grpc.SetTrailer(sc, dontRetry)

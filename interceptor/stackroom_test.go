@@ -12,8 +12,8 @@ import (
 
 // TestMethodRoomLearns: handlers whose stacks move movedToGrow times in
 // a row make room first; one that does not move breaks the run; while
-// room is made, every probeEvery'th handler runs without it, and a probe
-// whose stack did not move ends the room.
+// room is made, every probeEvery'th handler runs without it, and
+// quietToEnd probes in a row whose stacks did not move end the room.
 func TestMethodRoomLearns(t *testing.T) {
 	m := &methodRoom{}
 	for range movedToGrow - 1 {
@@ -34,32 +34,60 @@ func TestMethodRoomLearns(t *testing.T) {
 		t.Fatalf("no room after %d moves in a row", movedToGrow)
 	}
 
-	made := 0
-	for n := 1; n < probeEvery; n++ {
-		if m.before() {
-			made++
+	// probes runs a probeEvery cycle of handlers whose stacks do not
+	// move with room, and returns whether the probe ran without it.
+	probes := func(probeMoved bool) {
+		t.Helper()
+		made := 0
+		for n := 1; n < probeEvery; n++ {
+			if m.before() {
+				made++
+			}
+			m.after(true, false)
 		}
-		m.after(true, false) // with room: nothing learnt, whatever the stack did
+		if made != probeEvery-1 {
+			t.Fatalf("room made for %d of %d handlers, want all", made, probeEvery-1)
+		}
+		if m.before() {
+			t.Fatal("a probe ran with room made")
+		}
+		m.after(false, probeMoved)
 	}
-	if made != probeEvery-1 || !m.room.Load() {
-		t.Fatalf("room made for %d of %d handlers (room %v), want all", made, probeEvery-1, m.room.Load())
-	}
-	if m.before() { // the probeEvery'th
-		t.Fatal("a probe ran with room made")
-	}
-	m.after(false, true) // the probe's stack moved: room stays
+	probes(false) // quiet
+	probes(true)  // moved: the quiet run starts again
+	probes(false)
 	if !m.room.Load() {
-		t.Fatal("room ended by a probe whose stack moved")
+		t.Fatal("room ended by a probe whose stack did not move, after one that did")
 	}
-	for n := 1; n < probeEvery; n++ {
-		m.after(m.before(), false)
-	}
-	if m.before() {
-		t.Fatal("the second probe ran with room made")
-	}
-	m.after(false, false)
+	probes(false)
 	if m.room.Load() {
-		t.Fatal("room kept after a probe whose stack did not move")
+		t.Fatalf("room kept after %d quiet probes in a row", quietToEnd)
+	}
+}
+
+// TestMethodRoomGivesUp: handlers whose stacks move even with room made
+// movedToGrow times in a row end the room for good.
+func TestMethodRoomGivesUp(t *testing.T) {
+	m := &methodRoom{}
+	for range movedToGrow {
+		m.after(m.before(), true)
+	}
+	for n := 0; n < movedToGrow-1; n++ {
+		made := m.before()
+		m.after(made, made) // with room: moved; a probe: not
+	}
+	if !m.room.Load() || m.helpless.Load() {
+		t.Fatal("gave up before the run of moves with room")
+	}
+	m.after(true, true)
+	if m.room.Load() || !m.helpless.Load() {
+		t.Fatalf("room kept after %d moves in a row with room made", movedToGrow)
+	}
+	for range 2 * movedToGrow {
+		m.after(m.before(), true)
+	}
+	if m.room.Load() {
+		t.Fatal("room made again for handlers it did not help")
 	}
 }
 
@@ -102,13 +130,14 @@ func TestMakeRoomLeavesRoom(t *testing.T) {
 			if room {
 				makeRoom()
 			}
-			at := stackMark()
+			var v byte
+			at := stackMark(&v)
 			deep(kb)
-			done <- at != stackMark()
+			done <- at != stackMark(&v)
 		}()
 		return <-done
 	}
-	if moved(true, handlerRoom/1024) {
+	if moved(true, handlerRoom/1024-1) {
 		t.Fatal("the stack moved below makeRoom's caller")
 	}
 	if !moved(false, startingStackKB(t)+1) {
@@ -117,26 +146,21 @@ func TestMakeRoomLeavesRoom(t *testing.T) {
 }
 
 // startingStackKB returns the stack size, in KB, that the runtime starts
-// goroutines with now; at most 8 for the tests that use it (a test
-// binary's goroutines start with 2 or 4).
+// goroutines with now.
 func startingStackKB(t *testing.T) int {
 	s := []metrics.Sample{{Name: "/gc/stack/starting-size:bytes"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() != metrics.KindUint64 {
 		t.Fatalf("%s: not supported", s[0].Name)
 	}
-	kb := int(s[0].Value.Uint64() >> 10)
-	if kb > 8 {
-		t.Fatalf("goroutines start with %d KB of stack: a handler's room would not grow it", kb)
-	}
-	return kb
+	return int(s[0].Value.Uint64() >> 10)
 }
 
-// deep takes n-1 KB of stack below its caller, in frames of 1 KB.
+// deep takes n KB of stack below its caller, in frames of 1 KB.
 //
 //go:noinline
 func deep(n int) byte {
-	var b [1000]byte
+	var b [1016]byte // with the return address and frame pointer: 1 KB
 	keepFrame(&b)
 	if n <= 1 {
 		return b[0]
@@ -145,49 +169,72 @@ func deep(n int) byte {
 }
 
 //go:noinline
-func keepFrame(*[1000]byte) {}
+func keepFrame(*[1016]byte) {}
 
 // TestServerMakesRoomForMovingHandlers: through the server interceptor,
-// a method whose handlers' stacks move (here they go deep) gets room
-// made first, and then they no longer move; a method whose handlers stay
-// shallow never does.
+// a method whose handlers' stacks move (they go deeper than a new
+// goroutine's stack) gets room made first, in which a handler that goes
+// nearly handlerRoom deep no longer moves; probes that do not move (the
+// handlers stopped going deep) end the room; handlers that stay shallow never get any, and handlers
+// that go deeper than any room are given up on.
 func TestServerMakesRoomForMovingHandlers(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // no shrinking meanwhile
 	i, err := New(Recommended()...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := i.UnaryServer()
-	run := func(method string, handler grpc.UnaryHandler) {
-		done := make(chan struct{})
-		go func() { // a new goroutine per request, as grpc-go's
-			defer close(done)
-			if _, err := srv(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, handler); err != nil {
+	// run serves one request of method whose handler goes kb deep, on a
+	// new goroutine as grpc-go's, and reports whether its stack moved.
+	run := func(method string, kb int) bool {
+		done := make(chan bool)
+		go func() {
+			moved := false
+			_, err := srv(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) {
+				var v byte
+				at := stackMark(&v)
+				if kb > 0 {
+					deep(kb)
+				}
+				moved = at != stackMark(&v)
+				return nil, nil
+			})
+			if err != nil {
 				t.Error(err)
 			}
+			done <- moved
 		}()
-		<-done
-	}
-	// Deeper than a new goroutine's stack, within the 16 KB that room
-	// made on one of at most 8 KB leaves (see startingStackKB).
-	kb := startingStackKB(t) + 1
-	var movedAfter int
-	for n := range movedToGrow + 10 {
-		run("/svc/Deep", func(context.Context, any) (any, error) {
-			at := stackMark()
-			deep(kb)
-			if at != stackMark() && n >= movedToGrow {
-				movedAfter++
-			}
-			return nil, nil
-		})
-		run("/svc/Shallow", func(context.Context, any) (any, error) { return nil, nil })
+		return <-done
 	}
 	room := i.server.room
-	if deepRoom := room.of("/svc/Deep"); !deepRoom.room.Load() || movedAfter != 0 {
-		t.Fatalf("deep handlers: room %v, %d moved with it; want room and none", deepRoom.room.Load(), movedAfter)
+	for range movedToGrow {
+		if !run("/svc/Deep", startingStackKB(t)+1) {
+			t.Fatal("a handler deeper than a new goroutine's stack did not move")
+		}
+		run("/svc/Shallow", 0)
+	}
+	if !room.of("/svc/Deep").room.Load() {
+		t.Fatalf("no room after %d handlers that moved", movedToGrow)
+	}
+	for n := range probeEvery - 1 { // before the first probe
+		if run("/svc/Deep", handlerRoom/1024-2) {
+			t.Fatalf("handler %d moved with room made", n)
+		}
+	}
+	for range 2 * probeEvery { // the method's handlers no longer go deep
+		run("/svc/Deep", 0)
+	}
+	if room.of("/svc/Deep").room.Load() {
+		t.Fatalf("room kept after %d probes that did not move", quietToEnd)
 	}
 	if room.of("/svc/Shallow").room.Load() {
 		t.Fatal("room made for handlers that stay shallow")
+	}
+
+	for range 2 * movedToGrow {
+		run("/svc/Deeper", 64) // deeper than any room
+	}
+	if m := room.of("/svc/Deeper"); m.room.Load() || !m.helpless.Load() {
+		t.Fatalf("room %v, given up %v for handlers deeper than any room; want none, yes", m.room.Load(), m.helpless.Load())
 	}
 }

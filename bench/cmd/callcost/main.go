@@ -256,7 +256,7 @@ func callcost(args []string, w io.Writer) error {
 	callers := fs.Int("callers", 64, "callers sending back to back")
 	d := fs.Duration("for", 500*time.Millisecond, "length of each run")
 	rounds := fs.Int("rounds", 12, "interleaved rounds: each runs every variant once")
-	only := fs.String("only", "", "run only `off` and the variants whose names match this regular expression")
+	only := fs.String("only", "", "run only off and the variants whose names match this `regexp`")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the rounds (not the warm-up) to `file`, each sample labelled with its variant")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -302,11 +302,16 @@ func callcost(args []string, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
 			return err
 		}
-		defer pprof.StopCPUProfile()
+		defer func() {
+			pprof.StopCPUProfile()
+			if cerr := f.Close(); cerr != nil {
+				fmt.Fprintln(os.Stderr, "callcost: -cpuprofile:", cerr)
+			}
+		}()
 	}
 	samples := make([][]sample, len(variants))
 	for range *rounds {
