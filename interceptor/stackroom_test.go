@@ -238,3 +238,40 @@ func TestServerMakesRoomForMovingHandlers(t *testing.T) {
 		t.Fatalf("room %v, given up %v for handlers deeper than any room; want none, yes", m.room.Load(), m.helpless.Load())
 	}
 }
+
+// TestStackRoomConcurrent: many handlers of one method at once, some
+// going deep, some panicking, through the server interceptor: no race
+// (go test -race), no panic of the learner's, and every request ends.
+func TestStackRoomConcurrent(t *testing.T) {
+	i, err := New() // no admission control to refuse any of them
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := i.UnaryServer()
+	kb := startingStackKB(t) + 1
+	done := make(chan bool)
+	const n = 200
+	for k := range n {
+		go func() {
+			defer func() { done <- recover() != nil }()
+			_, _ = srv(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/svc/M"}, func(context.Context, any) (any, error) {
+				if k%10 == 9 {
+					panic("handler")
+				}
+				if k%2 == 0 {
+					deep(kb)
+				}
+				return nil, nil
+			})
+		}()
+	}
+	panics := 0
+	for range n {
+		if <-done {
+			panics++
+		}
+	}
+	if panics != n/10 {
+		t.Fatalf("%d handlers panicked through the interceptor, want %d", panics, n/10)
+	}
+}
