@@ -35,7 +35,8 @@ func TestMethodRoomLearns(t *testing.T) {
 	}
 
 	// probes runs a probeEvery cycle of handlers whose stacks do not
-	// move with room, and returns whether the probe ran without it.
+	// move with room, checks that the last, the probe, ran without it,
+	// and tells the learner whether the probe's stack moved.
 	probes := func(probeMoved bool) {
 		t.Helper()
 		made := 0
