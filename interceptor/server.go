@@ -164,7 +164,12 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	}
 	defer sc.leftOnPanic()
 	sc.mark = stackMark(&sc)
-	resp, err := handler(sc, req)
+	var resp any
+	if sc.roomMade {
+		resp, err = inRoom(sc, req, handler)
+	} else {
+		resp, err = handler(sc, req)
+	}
 	return resp, sc.leave(err, stackMark(&sc))
 }
 

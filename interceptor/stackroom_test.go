@@ -3,6 +3,7 @@ package interceptor
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"testing"
@@ -143,6 +144,46 @@ func TestMakeRoomLeavesRoom(t *testing.T) {
 	}
 	if !moved(false, startingStackKB(t)+1) {
 		t.Fatal("the stack did not move without room: the test shows nothing")
+	}
+}
+
+// TestHeldRoomOutlastsTheCollector: a handler given room that waits
+// before it calls on (a timer, a pool, a lock) while the collector runs:
+// run in held room (inRoom), its stack still has the room when it goes
+// deep; run plainly after makeRoom, the collector halves the stack of
+// the waiting goroutine, which uses less than a quarter of it, and the
+// call grows it again where it is deepest.
+func TestHeldRoomOutlastsTheCollector(t *testing.T) {
+	moved := func(held bool) bool {
+		entered, release, done := make(chan struct{}), make(chan struct{}), make(chan bool)
+		handler := func(context.Context, any) (any, error) {
+			var v byte
+			at := stackMark(&v)
+			close(entered)
+			<-release // the collector runs meanwhile
+			deep(handlerRoom/1024 - 1)
+			done <- at != stackMark(&v)
+			return nil, nil
+		}
+		go func() {
+			makeRoom()
+			if held {
+				_, _ = inRoom(context.Background(), nil, handler)
+			} else {
+				_, _ = handler(context.Background(), nil)
+			}
+		}()
+		<-entered
+		runtime.GC()
+		runtime.GC()
+		close(release)
+		return <-done
+	}
+	if moved(true) {
+		t.Fatal("the stack moved below held room after the collector ran")
+	}
+	if !moved(false) {
+		t.Fatal("the stack did not move without held room: the test shows nothing")
 	}
 }
 
