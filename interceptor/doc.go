@@ -90,7 +90,9 @@
 // may make room on the handler's stack before it runs: a profile then
 // shows runtime.newstack under makeRoom, a dozen frames deep, where
 // without it the same growth happens in grpc-go's client, thirty frames
-// deep and at about twice the cost. It does so only for methods whose
+// deep and at about twice the cost; such a handler then runs below
+// inRoom, whose frame keeps the room from being taken back by the
+// collector while the handler waits. It does so only for methods whose
 // handlers' stacks are seen to grow; see stackroom.go.
 package interceptor
 
