@@ -38,7 +38,10 @@ import (
 // What it costs: every unary request, a lookup of its method before and
 // after the handler; while a method's handlers get room, an atomic count
 // per request (for the probes) and the growth itself, which a handler
-// that would not have gone deep pays for nothing. A method whose
+// that would not have gone deep pays for nothing; and memory, a stack
+// twice its starting size for each such handler while it runs (on the
+// busy harness under 512 callers, order's and gateway's goroutine stacks
+// took about 10 MB against 5 MB with no interceptor). A method whose
 // handlers do not go that deep (a leaf tier, a handler that calls the
 // next tier from goroutines of its own) is not seen to move and gets no
 // room; nor one whose handlers' stacks move even with room made (they go
