@@ -170,7 +170,7 @@ func reset(n *atomic.Int32) {
 func makeRoom() {
 	if keepRoomFrame {
 		var room [heldRoom + handlerRoom]byte
-		keepRoom(&room)
+		keep(&room)
 	}
 }
 
@@ -190,7 +190,7 @@ func makeRoom() {
 func inRoom(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error) {
 	if keepRoomFrame {
 		var room [heldRoom]byte
-		keepHeld(&room)
+		keep(&room)
 	}
 	return handler(ctx, req)
 }
@@ -198,11 +198,11 @@ func inRoom(ctx context.Context, req any, handler grpc.UnaryHandler) (any, error
 // keepRoomFrame is never set: see makeRoom.
 var keepRoomFrame bool
 
+// keep takes the address of a frame's array, so that the compiler keeps
+// the array in the frame.
+//
 //go:noinline
-func keepRoom(*[heldRoom + handlerRoom]byte) {}
-
-//go:noinline
-func keepHeld(*[heldRoom]byte) {}
+func keep[T any](*T) {}
 
 // stackMark returns the address of v, a local variable of its caller:
 // taken twice in one call, the two differ only if the goroutine's stack

@@ -201,7 +201,7 @@ func TestHeldRoomOutlastsTheCollector(t *testing.T) {
 //go:noinline
 func underServerFrames(f func()) {
 	var b [1016]byte
-	keepFrame(&b)
+	keep(&b)
 	f()
 }
 
@@ -221,22 +221,20 @@ func startingStackKB(t *testing.T) int {
 //go:noinline
 func deep(n int) byte {
 	var b [1016]byte // with the return address and frame pointer: 1 KB
-	keepFrame(&b)
+	keep(&b)
 	if n <= 1 {
 		return b[0]
 	}
 	return deep(n-1) + b[1]
 }
 
-//go:noinline
-func keepFrame(*[1016]byte) {}
-
 // TestServerMakesRoomForMovingHandlers: through the server interceptor,
 // a method whose handlers' stacks move (they go deeper than a new
 // goroutine's stack) gets room made first, in which a handler that goes
 // nearly handlerRoom deep no longer moves; probes that do not move (the
-// handlers stopped going deep) end the room; handlers that stay shallow never get any, and handlers
-// that go deeper than any room are given up on.
+// handlers stopped going deep) end the room; handlers that stay shallow
+// never get any, and handlers that go deeper than any room are given up
+// on.
 func TestServerMakesRoomForMovingHandlers(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // no shrinking meanwhile
 	i, err := New(Recommended()...)
