@@ -308,7 +308,8 @@ type Limiter struct {
 	inflight  atomic.Int64
 	latSum    atomic.Int64 // nanoseconds of Measured latencies, since New
 	latN      atomic.Int64 // Measured completions, since New
-	_         [40]byte
+	okAt      atomic.Int64 // nanoseconds since origin at the last Measured release
+	_         [32]byte
 	failed    atomic.Int64 // Failed completions, since New
 	abandoned atomic.Int64 // Abandoned requests, since New
 	wasted    atomic.Int64 // of those, the ones that held their slot at least the base latency
@@ -333,6 +334,8 @@ type Limiter struct {
 	rejected   [numReasons]atomic.Int64
 	mdl        model // checkModel's samples
 	cold       coldStart
+
+	trialAt atomic.Int64 // when the last trial went in (see trialDue); nanoseconds since origin
 
 	q  queue
 	sq suspectQueue
@@ -574,6 +577,9 @@ func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Perm
 	case l.overloaded.Load():
 		expected, err := l.overload(c, deadline, l.wall(at))
 		if err != nil {
+			if l.trialDue(at) {
+				return l.trial(at), nil, 0, nil
+			}
 			l.refused.Add(1)
 			return Permit{}, nil, 0, err
 		}
@@ -609,6 +615,61 @@ func (l *Limiter) overload(c Class, deadline, now time.Time) (int64, error) {
 		return 0, ErrOverload
 	}
 	return expected, nil
+}
+
+// trialDue reports whether a request that the overload rule refuses,
+// or that the suspect phase would hold, arriving at at, goes in all the
+// same, as a trial: the server served no request successfully for as
+// long as admitWaiter calls a hang (four mean latencies, at least
+// maxWindows windows), nor did a trial go in. (Not failures: a tier
+// whose own client still holds its dependency down fails fast what it
+// admits, and hears of its return only through what it admits.)
+//
+// Both count what is in flight as a queue that a new request waits
+// behind. Where it waits on something else (a dependency that hung, and
+// the requests still hung in it until their deadlines), and everything
+// new is refused or held, no request shows that the server would serve
+// a new one at once: the completions are the hung requests ending, and
+// the estimate stays until they are all gone. A middle tier refused or
+// held every request for up to 700 ms after its dependency's hang had
+// ended, in a quarter of the runs of bench hang-after-healthy, while the
+// throttle above it, hearing only refusals, let few through. A trial
+// served within the target ends the overload or the suspect phase
+// (trialServed). Where the server does serve, however slowly, no trial
+// is due; one that waits in a queue is served late, and ends nothing.
+func (l *Limiter) trialDue(at int64) bool {
+	every := max(4*l.lastMean.Load(), maxWindows*int64(l.cfg.Window))
+	if at-l.okAt.Load() <= every {
+		return false
+	}
+	last := l.trialAt.Load()
+	return at-last > every && l.trialAt.CompareAndSwap(last, at)
+}
+
+// trial admits a request at at as a trial (see trialDue), beyond every
+// cap.
+func (l *Limiter) trial(at int64) Permit {
+	l.inflight.Add(1)
+	p := l.permit(at, 0)
+	p.trial = true
+	return p
+}
+
+// trialServed ends the overload or the suspect phase: a request let in
+// against them was served within the target, so what they counted as a
+// queue is not one. If the server is overloaded after all, it becomes
+// suspect again as at the start of any overload.
+func (l *Limiter) trialServed() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.overloaded.Load():
+		l.endOverload()
+	case l.suspect.Load():
+		l.suspect.Store(false)
+		l.growthRun, l.calmRun = 0, 0
+		l.releaseSuspect(true)
+	}
 }
 
 // holdRefusal waits, while a probe runs, until it ends or ctx does, so
@@ -682,6 +743,7 @@ type Permit struct {
 	// the request (see checkModel); 0 for one admitted without it.
 	expected int64
 	cold     bool // counted by the cold start (see coldStart)
+	trial    bool // let in against the overload rule or the suspect phase (see trialDue)
 }
 
 // Release ends the request: it frees its slot and counts it as Outcome
@@ -698,6 +760,9 @@ func (p Permit) Release(o Outcome) {
 	if p.cold {
 		l.cold.released(p.start, max(l.now()-p.start, 0), o)
 	}
+	if p.trial && o == Measured && l.now()-p.start <= l.threshold[ClassFirst].Load() {
+		l.trialServed()
+	}
 	if o == Measured || o == Failed || o == Abandoned {
 		at := l.now()
 		if o == Abandoned {
@@ -710,6 +775,7 @@ func (p Permit) Release(o Outcome) {
 			rtt := max(at-p.start, 0)
 			l.latSum.Add(rtt)
 			l.latN.Add(1)
+			l.okAt.Store(at)
 			lower(&l.least, rtt)
 			if j := l.judging.Load(); p.start >= j.from {
 				lower(&j.least, rtt)

@@ -783,3 +783,34 @@ func TestPauseKeepsTheBase(t *testing.T) {
 		}
 	}
 }
+
+// A dependency that hangs under load, then answers again: the requests
+// admitted while it hung are still in flight until their callers'
+// deadlines, and the overload rule counts them as a queue ahead of
+// every new request, while the only completions are those hung requests
+// ending. With few arrivals after it (a throttle above lets few through)
+// the rule refused everything it got for 400 ms after the dependency was
+// back (seed 5), and learned nothing, since it admitted nothing. A trial
+// goes in once nothing has succeeded for a while; served at once, it
+// ends the overload.
+func TestTrialEndsAStaleOverload(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		s := newSim(t, Config{}, 1<<20, time.Millisecond, seed)
+		s.fail = func() (bool, time.Duration) {
+			return s.el >= 1500*time.Millisecond && s.el < 3*time.Second, time.Second
+		}
+		s.failAs = abandoned
+		s.open(300, 0, 3*time.Second, time.Second)
+		s.open(40, 3*time.Second, 5*time.Second, time.Second)
+		s.run(6 * time.Second)
+		for from := 2500 * time.Millisecond; from < 4*time.Second; from += 100 * time.Millisecond {
+			refused, served, _ := s.in(from, from+100*time.Millisecond)
+			t.Logf("seed %d, %v: refused %d admitted %d", seed, from, refused, served)
+		}
+		// From 100 ms after the dependency is back: what may pass before
+		// a trial is due (4 mean latencies, at least maxWindows windows).
+		if refused, served, _ := s.in(3100*time.Millisecond, 5*time.Second); refused != 0 {
+			t.Errorf("seed %d: %d of %d refused from 100 ms after the dependency answered again", seed, refused, refused+served)
+		}
+	}
+}

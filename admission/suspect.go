@@ -287,6 +287,9 @@ func (l *Limiter) suspectEnter(at int64) (Permit, *suspectWaiter, error) {
 			return l.permit(at, 0), nil, nil
 		}
 	}
+	if l.trialDue(at) {
+		return l.trial(at), nil, nil
+	}
 	w := &suspectWaiter{ready: make(chan struct{})}
 	l.sq.mu.Lock()
 	if !l.suspect.Load() {

@@ -333,6 +333,15 @@ func overload(t *testing.T, l *admission.Limiter, clk *clock.Fake) []admission.P
 		t.Fatalf("not overloaded after 100 s of 40 arrivals and 10 completions a second: %+v", l.Stats())
 	}
 	clk.Set(time.Now())
+	// Nothing has succeeded for the time the clock jumped, so the next
+	// request would go in as a trial (see admission's Limiter): take it
+	// here, and the server refuses what comes after it.
+	if p, err := l.Acquire(admission.ClassFirst, time.Time{}); err == nil {
+		held = append(held, p)
+	}
+	if !l.Overloaded() {
+		t.Fatal("not overloaded after the trial went in")
+	}
 	t.Cleanup(func() {
 		for _, p := range held {
 			p.Release(admission.Ignored)
