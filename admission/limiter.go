@@ -638,7 +638,7 @@ func (l *Limiter) overload(c Class, deadline, now time.Time) (int64, error) {
 // (trialServed). Where the server does serve, however slowly, no trial
 // is due; one that waits in a queue is served late, and ends nothing.
 func (l *Limiter) trialDue(at int64) bool {
-	every := max(4*l.lastMean.Load(), maxWindows*int64(l.cfg.Window))
+	every := l.hangAfter(l.lastMean.Load())
 	if at-l.okAt.Load() <= every {
 		return false
 	}
@@ -666,9 +666,7 @@ func (l *Limiter) trialServed() {
 	case l.overloaded.Load():
 		l.endOverload()
 	case l.suspect.Load():
-		l.suspect.Store(false)
-		l.growthRun, l.calmRun = 0, 0
-		l.releaseSuspect(true)
+		l.endSuspect()
 	}
 }
 
@@ -760,9 +758,6 @@ func (p Permit) Release(o Outcome) {
 	if p.cold {
 		l.cold.released(p.start, max(l.now()-p.start, 0), o)
 	}
-	if p.trial && o == Measured && l.now()-p.start <= l.threshold[ClassFirst].Load() {
-		l.trialServed()
-	}
 	if o == Measured || o == Failed || o == Abandoned {
 		at := l.now()
 		if o == Abandoned {
@@ -776,6 +771,9 @@ func (p Permit) Release(o Outcome) {
 			l.latSum.Add(rtt)
 			l.latN.Add(1)
 			l.okAt.Store(at)
+			if p.trial && rtt <= l.threshold[ClassFirst].Load() {
+				l.trialServed()
+			}
 			lower(&l.least, rtt)
 			if j := l.judging.Load(); p.start >= j.from {
 				lower(&j.least, rtt)

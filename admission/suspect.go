@@ -202,9 +202,7 @@ func (l *Limiter) whileSuspect(win window) {
 	// once. (Not a window without completions: a slow server has those.)
 	failing := win.done > win.abandoned && l.failingLately()
 	if l.calmRun >= calmWindows || failing {
-		l.suspect.Store(false)
-		l.growthRun, l.calmRun = 0, 0
-		l.releaseSuspect(true)
+		l.endSuspect()
 		return
 	}
 	// While the completions still grow (the cap with them), the server
@@ -229,6 +227,21 @@ func (l *Limiter) whileSuspect(win window) {
 	l.following = false
 	l.startJudging()
 	l.releaseSuspect(false)
+}
+
+// endSuspect ends the suspect phase: the server is calm, and everyone
+// waiting goes in. l.mu is held.
+func (l *Limiter) endSuspect() {
+	l.suspect.Store(false)
+	l.growthRun, l.calmRun = 0, 0
+	l.releaseSuspect(true)
+}
+
+// hangAfter is how long a server with mean latency mean serves nothing
+// before that reads as a hang below it: four mean latencies, at least
+// maxWindows windows.
+func (l *Limiter) hangAfter(mean int64) int64 {
+	return max(4*mean, maxWindows*int64(l.cfg.Window))
 }
 
 // errSuspectRefused marks a waiter refused when the server became
@@ -370,7 +383,7 @@ func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 	if mean == 0 || mean > int64(left) || mean > l.threshold[c].Load() {
 		return
 	}
-	if l.now()-l.servedAt.Load() > max(4*mean, maxWindows*int64(l.cfg.Window)) {
+	if l.now()-l.servedAt.Load() > l.hangAfter(mean) {
 		// Nothing served for that long: the mean is of before, and the
 		// server's requests end at their callers' deadlines (a hang
 		// below it). Admitted, the waiter would only join them.
