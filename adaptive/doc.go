@@ -111,7 +111,16 @@
 // Connectivity, fed with the channel's state (a connection that broke and
 // is ready again: the target's process is back), and Revive, for anything
 // else that says so (an answer that carries the target's state, a health
-// watch).
+// watch). One kind of request probes without the credit: the first
+// attempt of a call made for a trial (AllowTrial), a request that the
+// caller's own server, or a server above it in the chain, let in against
+// its overload to see whether it can serve again (admission.Permit.Trial;
+// the interceptor passes the mark down the chain). A middle tier that
+// refuses nearly everything after a hang below it admits only such
+// trials, a few a second, and they are all its client, and the clients
+// below it, send: counted by ProbeRatio they would probe after seconds,
+// and the tiers and the dependency would keep each other shut.
+// ProbeInterval still spaces them.
 //
 // Every Throttle has its own clock and random source (Config.Clock,
 // Config.Rand), so tests drive it exactly. On a healthy target Allow is

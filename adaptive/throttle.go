@@ -285,7 +285,7 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 	el := t.elapsed()
 	t.mu.Lock()
 	if t.down {
-		return t.allowDown(el, u, retry)
+		return t.allowDown(el, u, retry, false)
 	}
 	t.publish(el)
 	p := t.p
@@ -359,15 +359,42 @@ func (t *Throttle) Healthy() bool {
 	return !t.down && t.accepted && t.run <= healthyRun && t.probability(el) == 0
 }
 
-// allowDown is Allow for a down target. t.mu is held; it unlocks.
-func (t *Throttle) allowDown(el int64, u float64, retry bool) (Permit, error) {
+// AllowTrial is Allow(false) for the first attempt of a call made for a
+// trial: a request that the caller's own server, or a server above it in
+// the chain, let in against its overload to see whether it can serve
+// again (admission.Permit.Trial; the interceptor passes the mark down).
+// While the target is down, such an attempt is a probe whenever the probe
+// interval has passed, without the probe credit.
+//
+// A tier whose admission control refuses nearly everything lets in only
+// its trials, a few a second, and the tiers below it receive only those;
+// counted by ProbeRatio, they would gather the credit for a probe of a
+// down dependency only after seconds, and a trial refused here ends
+// nothing, so that the tiers and the target held down would keep each
+// other shut after the target is back. Trials are rare by construction
+// (admission lets in at most one per four mean latencies, and only while
+// nothing is served), and ProbeInterval still spaces the probes.
+func (t *Throttle) AllowTrial() (Permit, error) {
+	u := t.draw()
+	el := t.elapsed()
+	t.mu.Lock()
+	if !t.down {
+		t.mu.Unlock()
+		return t.Allow(false)
+	}
+	return t.allowDown(el, u, false, true)
+}
+
+// allowDown is Allow for a down target; trial waives the probe credit
+// (see AllowTrial). t.mu is held; it unlocks.
+func (t *Throttle) allowDown(el int64, u float64, retry, trial bool) (Permit, error) {
 	if retry {
 		t.stats.RetriesRefused++
 		t.mu.Unlock()
 		return Permit{}, ErrDown
 	}
 	t.credit = min(t.credit+t.cfg.ProbeRatio, 1)
-	if t.credit < t.probeNeed()-1e-9 || el < t.nextProbe {
+	if (!trial && t.credit < t.probeNeed()-1e-9) || el < t.nextProbe {
 		t.stats.Refused++
 		t.mu.Unlock()
 		return Permit{}, ErrDown

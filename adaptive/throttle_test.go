@@ -826,3 +826,55 @@ func TestSilence(t *testing.T) {
 		}
 	})
 }
+
+// A trial of the caller's own server probes a down target without the
+// probe credit, at most once per probe interval; an up target treats it
+// as any first attempt.
+func TestAllowTrial(t *testing.T) {
+	th, clk := newTest(t, Config{ProbeRatio: 0.05, ProbeInterval: 40 * ms, Rand: fixedRand(0.5)})
+	if p, err := th.AllowTrial(); err != nil || p.Probe() {
+		t.Fatalf("trial while up: got probe %v, %v; want a plain permit", p.Probe(), err)
+	} else {
+		p.Done(Accept)
+	}
+	clk.Advance(time.Second)
+	th.Connectivity(false) // probes need a whole credit: 20 requests
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	// One request per 100 ms, each a trial: every one after the 40 ms
+	// gap probes, where plain requests would probe once in 20.
+	probes := 0
+	for range 10 {
+		clk.Advance(100 * ms)
+		if _, err := th.Allow(false); !errors.Is(err, ErrDown) {
+			t.Fatalf("plain request while down, no credit: got %v, want ErrDown", err)
+		}
+		p, err := th.AllowTrial()
+		if err != nil {
+			t.Fatalf("trial 100 ms after the last probe: %v", err)
+		}
+		if !p.Probe() {
+			t.Fatal("trial let through while down is not a probe")
+		}
+		probes++
+		p.Done(Overload)
+		// The interval still spaces them: a second trial at once waits.
+		if _, err := th.AllowTrial(); !errors.Is(err, ErrDown) {
+			t.Fatalf("trial right after a probe: got %v, want ErrDown", err)
+		}
+	}
+	if s := th.Stats(); s.Probes != int64(probes) || probes != 10 {
+		t.Errorf("probes: %d counted, %d seen, want 10", s.Probes, probes)
+	}
+	clk.Advance(100 * ms)
+	p, err := th.AllowTrial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Done(Accept)
+	if th.Down() {
+		t.Error("still down after a trial's probe was accepted")
+	}
+}

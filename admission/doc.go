@@ -43,7 +43,11 @@
 // trial (one request let in once nothing has succeeded for four mean
 // latencies) ends such a state when it is served in time, and does end
 // it where few requests arrive after the hang; where they keep
-// arriving, the requests still hung make the server suspect again.
+// arriving, the requests still hung make the server suspect again. The
+// interceptor sends a trial's calls to a dependency that its client
+// holds down as probes of it (Permit.Trial), and marks them so that the
+// tiers below do the same (protocol section 2.6): one trial can show the
+// whole chain below back.
 //
 // Why: a slow server with a FIFO queue keeps working on requests whose
 // callers have given up, and callers with per-attempt timeouts retry into

@@ -744,6 +744,14 @@ type Permit struct {
 	trial    bool // let in against the overload rule or the suspect phase (see trialDue)
 }
 
+// Trial reports whether the request was let in as a trial against the
+// overload rule or the suspect phase, after nothing was served for a
+// while (see trialDue). A handler's calls on behalf of a trial should
+// reach a dependency its client holds down, as a probe (the interceptor
+// asks adaptive.Throttle.AllowTrial, and marks the calls for the tiers
+// below): refused there, the trial shows nothing.
+func (p Permit) Trial() bool { return p.trial }
+
 // Release ends the request: it frees its slot and counts it as Outcome
 // o. Call it exactly once per admitted request.
 func (p Permit) Release(o Outcome) {

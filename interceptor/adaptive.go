@@ -119,7 +119,17 @@ func (g *throttleGuard) throttle() *adaptive.Throttle { return (*adaptive.Thrott
 func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	t := g.throttle()
 	retry := a.n > 0
-	p, err := t.Allow(retry)
+	var p adaptive.Permit
+	var err error
+	if !retry && c.servesTrial() {
+		// The request this call serves is a trial, of this tier's
+		// admission control or of one above: it probes a down target
+		// without the probe credit, which a tier that sees only trials
+		// gathers too slowly (see adaptive.Throttle.AllowTrial).
+		p, err = t.AllowTrial()
+	} else {
+		p, err = t.Allow(retry)
+	}
 	if errors.Is(err, adaptive.ErrDown) && c.conn != nil {
 		reportConn(t, c.conn)
 		if !t.Down() {

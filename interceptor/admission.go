@@ -197,6 +197,9 @@ func (g *admissionGuard) admit(s *server, sc *stateCtx, method string, ss grpc.S
 		return nil
 	case err == nil:
 		sc.st.permit = p
+		if p.Trial() {
+			sc.st.markTrial()
+		}
 		return nil
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		// The caller left while the request waited in the queue.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/internal/clock"
@@ -609,4 +610,125 @@ func TestAdmissionShedNotPassedUp(t *testing.T) {
 	}
 	pay.StopPool()
 	<-held
+}
+
+// A request that admission control lets in as a trial probes a
+// dependency that the tier's own throttle holds down, without the probe
+// credit: a tier that admits only its trials (after a hang below it)
+// would otherwise gather that credit only after seconds, and each trial
+// refused at its own client would end nothing. A call on behalf of any
+// other request is refused as before.
+func TestAdmissionTrialProbesDownDependency(t *testing.T) {
+	admClk := clock.NewFake(time.Now().Add(-time.Hour))
+	thrClk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, thrClk, nil)
+	i := mustNew(t, WithAdmission(admission.Config{Window: time.Second, Clock: admClk}), WithAdaptive(set))
+	cc := newCC(t)
+	th := set.Get(normalizeTarget(cc.Target()))
+	markDown(t, th, thrClk)
+
+	l := i.Admission()
+	overload(t, l, admClk)
+	dep := &fakeInvoker{results: []error{nil}}
+	var called, probed int
+	handler := func(ctx context.Context, _ any) (any, error) {
+		called++
+		if in, ok := FromContext(ctx); !ok || !in.Trial {
+			t.Error("handler of the trial: request not marked as a trial")
+		}
+		before := th.Stats().Probes
+		err := i.UnaryClient()(ctx, "/svc/M", nil, nil, cc, dep.invoke)
+		if th.Stats().Probes > before {
+			probed++
+		}
+		return nil, err
+	}
+	// A plain request's call is refused by the throttle: no credit.
+	plain := &stateCtx{Context: ctxTimeout(t, time.Minute)}
+	if err := i.UnaryClient()(plain, "/svc/M", nil, nil, cc, dep.invoke); !errors.Is(err, adaptive.ErrThrottled) || len(dep.seen) != 0 {
+		t.Fatalf("call of a plain request to the down dependency: got %v after %d attempts, want ErrThrottled and none", err, len(dep.seen))
+	}
+	// Nothing served for an hour: the next request goes in as a trial,
+	// and its call goes out as the dependency's probe.
+	admClk.Advance(time.Hour)
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc/Tier"}
+	if _, err := i.UnaryServer()(ctxTimeout(t, time.Minute), nil, info, handler); err != nil {
+		t.Fatalf("trial request: %v", err)
+	}
+	if called != 1 || probed != 1 || len(dep.seen) != 1 {
+		t.Fatalf("trial: handler ran %d times, probes %d, attempts at the dependency %d; want 1, 1, 1", called, probed, len(dep.seen))
+	}
+	if th.Down() {
+		t.Error("dependency still down after the trial's probe was answered")
+	}
+	if l.Overloaded() {
+		t.Error("still overloaded after the trial was served at once")
+	}
+}
+
+// A request that carries the trial mark of a tier above serves a trial
+// too: its call probes a dependency that this tier's throttle holds down,
+// without the probe credit, and carries the mark on; the same request
+// without the mark is refused at once, and a forged mark gets no more
+// than one probe per probe interval.
+func TestTrialMarkProbesAndTravels(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	i := mustNew(t, WithAdaptive(set))
+	cc := newCC(t)
+	th := set.Get(normalizeTarget(cc.Target()))
+	markDown(t, th, clk)
+
+	serve := func(md metadata.MD, dep *fakeInvoker) error {
+		ctx := metadata.NewIncomingContext(ctxTimeout(t, time.Minute), md)
+		info := &grpc.UnaryServerInfo{FullMethod: "/svc/Tier"}
+		_, err := i.UnaryServer()(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+			return nil, i.UnaryClient()(ctx, "/svc/M", nil, nil, cc, dep.invoke)
+		})
+		return err
+	}
+	hung := &fakeInvoker{results: []error{errUnavailable}}
+	if err := serve(metadata.Pairs(MetadataDepth, "1"), hung); err == nil || len(hung.seen) != 0 {
+		t.Fatalf("unmarked request: got %v after %d attempts, want a refusal and none", err, len(hung.seen))
+	}
+	if err := serve(metadata.Pairs(MetadataDepth, "1", MetadataTrial, "1"), hung); err == nil || len(hung.seen) != 1 {
+		t.Fatalf("marked request, dependency still failing: got %v after %d attempts, want a failure after 1 (the probe)", err, len(hung.seen))
+	}
+	if got := hung.seen[0].md.Get(MetadataTrial); len(got) != 1 || got[0] != "1" {
+		t.Errorf("the probe's metadata: %s %q, want \"1\"", MetadataTrial, got)
+	}
+	// Forged marks in a burst: the probe interval holds them to none
+	// until it has passed.
+	for range 50 {
+		_ = serve(metadata.Pairs(MetadataDepth, "1", MetadataTrial, "1"), hung)
+	}
+	if len(hung.seen) != 1 {
+		t.Fatalf("50 marked requests within the probe interval: %d attempts, want still 1", len(hung.seen))
+	}
+	clk.Advance(time.Second)
+	back := &fakeInvoker{results: []error{nil}}
+	if err := serve(metadata.Pairs(MetadataDepth, "1", MetadataTrial, "1"), back); err != nil || len(back.seen) != 1 {
+		t.Fatalf("marked request, dependency back: got %v after %d attempts, want success after 1", err, len(back.seen))
+	}
+	if th.Down() {
+		t.Error("dependency still down after the trial's probe was answered")
+	}
+}
+
+// markDown marks th's target down on one failure with its connection
+// broken, a second after an accept, so that a probe needs a whole credit
+// (1/ProbeRatio requests), and lets the probe interval pass: a trial may
+// probe at once, a plain request may not.
+func markDown(t *testing.T, th *adaptive.Throttle, clk *clock.Fake) {
+	t.Helper()
+	p, _ := th.Allow(false)
+	p.Done(adaptive.Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false)
+	p, _ = th.Allow(false)
+	p.Done(adaptive.Overload)
+	if !th.Down() {
+		t.Fatal("dependency not down")
+	}
+	clk.Advance(time.Second)
 }

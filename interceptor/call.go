@@ -164,7 +164,7 @@ func (c *call) attemptContext(timeout bool, into *mdContext) (context.Context, c
 // sharedContext returns the context of the call's next attempt made in
 // into, if it is a first attempt whose metadata is shared.
 func (c *call) sharedContext(into *mdContext) (context.Context, bool) {
-	if into == nil || c.attempt > 0 || c.info.UpstreamRetries > 0 {
+	if into == nil || c.attempt > 0 || c.info.UpstreamRetries > 0 || c.servesTrial() {
 		return nil, false
 	}
 	return withShared(into, c.ctx, c.sendDepth(), c.hedgingMark()) // none for no metadata
@@ -174,7 +174,7 @@ func (c *call) sharedContext(into *mdContext) (context.Context, bool) {
 // call's next attempt.
 func (c *call) withMetadata() context.Context {
 	var buf [8]string
-	kv := attemptPairs(buf[:0], c.attempt, c.sendDepth(), c.info.UpstreamRetries, c.hedgingMark())
+	kv := attemptPairs(buf[:0], c.attempt, c.sendDepth(), c.info.UpstreamRetries, c.hedgingMark(), c.servesTrial())
 	if len(kv) == 0 {
 		return c.ctx
 	}
@@ -191,9 +191,10 @@ func (c *call) sendDepth() int {
 }
 
 // attemptPairs appends to kv the metadata pairs of an attempt (protocol
-// section 2.2 and 2.5): its index n, the depth, the upstream retries u
-// and the hedging mark, each only when above 0.
-func attemptPairs(kv []string, n, depth, u, mark int) []string {
+// sections 2.2, 2.5 and 2.6): its index n, the depth, the upstream
+// retries u and the hedging mark, each only when above 0, and the trial
+// mark.
+func attemptPairs(kv []string, n, depth, u, mark int, trial bool) []string {
 	if n > 0 {
 		kv = append(kv, MetadataAttempt, strconv.Itoa(n))
 	}
@@ -206,8 +207,16 @@ func attemptPairs(kv []string, n, depth, u, mark int) []string {
 	if mark > 0 {
 		kv = append(kv, MetadataHedging, strconv.Itoa(mark))
 	}
+	if trial {
+		kv = append(kv, MetadataTrial, "1")
+	}
 	return kv
 }
+
+// servesTrial reports whether the call serves a trial: a request that
+// this tier's admission control let in as one, or that carried
+// MetadataTrial (protocol section 2.6).
+func (c *call) servesTrial() bool { return c.info.Trial }
 
 // hedgingMark is the MetadataHedging value of the call's next attempt,
 // or 0 for none: hedgeMark for a hedge or an attempt that serves one,

@@ -37,6 +37,15 @@ const (
 	// one. A tier that receives it does not hedge (a tier above does),
 	// and its admission control sheds "2" first (protocol section 2.5).
 	MetadataHedging = "x-stormguard-hedging"
+	// MetadataTrial marks the calls made while serving a trial: a request
+	// that a tier's admission control let in against its overload, after
+	// it had served nothing for a while, to see whether it can serve
+	// again (admission.Permit.Trial), or a request that carried the mark.
+	// "1" on every attempt of such a call. A tier that receives it probes
+	// a dependency its adaptive throttle holds down without the probe
+	// credit, so that one trial finds out for the whole chain below
+	// (protocol section 2.6).
+	MetadataTrial = "x-stormguard-trial"
 )
 
 // Bounds applied to incoming values. Larger values are clamped to them:
@@ -68,6 +77,11 @@ type Info struct {
 	// Hedge: this request is a hedge, or serves one: extra load that
 	// admission control sheds before retries.
 	Hedge bool
+	// Trial: this request is a trial of this tier's admission control
+	// (admission.Permit.Trial), or serves one of a tier above
+	// (MetadataTrial): this tier's calls for it probe a dependency that
+	// its adaptive throttle holds down, and carry the mark on.
+	Trial bool
 }
 
 // serverState is what the server interceptor puts into the handler's
@@ -90,6 +104,16 @@ type serverState struct {
 	in     context.Context
 	method string
 	info   Info
+}
+
+// markTrial records in the request's Info that admission control let it
+// in as a trial. It is called before the handler runs, and parses the
+// Info first, which would otherwise overwrite the mark.
+func (st *serverState) markTrial() {
+	st.Info()
+	st.mu.Lock()
+	st.info.Trial = true
+	st.mu.Unlock()
 }
 
 // Info returns the Info of the request, parsing it on the first call.
@@ -158,6 +182,9 @@ func parseInfo(get func(key string) []string) Info {
 		UpstreamRetries: min(cautious(get(MetadataUpstreamRetries), MaxUpstreamRetries, 1)+attempt, MaxUpstreamRetries),
 		Hedged:          hedging >= hedgingMark,
 		Hedge:           hedging >= hedgeMark,
+		// A malformed mark reads as none, the cautious value: no probe
+		// beyond the credit.
+		Trial: cautious(get(MetadataTrial), 1, 0) == 1,
 	}
 }
 
