@@ -375,6 +375,9 @@ func (t *Throttle) Healthy() bool {
 // (admission lets in at most one per four mean latencies, and only while
 // nothing is served), and ProbeInterval still spaces the probes.
 func (t *Throttle) AllowTrial() (Permit, error) {
+	if w := t.word.Load(); w&1 == 1 {
+		return t.Allow(false) // up and healthy: no lock, no clock
+	}
 	u := t.draw()
 	el := t.elapsed()
 	t.mu.Lock()

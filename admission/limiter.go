@@ -763,6 +763,13 @@ func (p Permit) Release(o Outcome) {
 	// a request whose caller left while it waited, adds no work to
 	// compare). Abandoned: a completion that served nothing.
 	l.inflight.Add(-1)
+	if p.trial && o == Ignored {
+		// A trial that showed nothing (a stream's start, which holds no
+		// slot, or a request whose caller left before it ran) gives its
+		// turn back: the next request refused may be the trial. (0 is
+		// due: a trial needs at-okAt, and so at, above the interval.)
+		l.trialAt.CompareAndSwap(p.start, 0)
+	}
 	if p.cold {
 		l.cold.released(p.start, max(l.now()-p.start, 0), o)
 	}

@@ -732,3 +732,53 @@ func markDown(t *testing.T, th *adaptive.Throttle, clk *clock.Fake) {
 	}
 	clk.Advance(time.Second)
 }
+
+// Only the first attempt of a trial's call may probe without the credit:
+// a retry whose target went down during its backoff stays refused.
+func TestTrialRetryIsNoProbe(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	cc := newCC(t)
+	th := set.Get(normalizeTarget(cc.Target()))
+	i := mustNew(t, WithAdaptive(set), withSleep(func(context.Context, time.Duration) error {
+		markDown(t, th, clk) // during the backoff
+		return nil
+	}))
+	f := &fakeInvoker{results: []error{errUnavailable, nil}}
+	ctx := metadata.NewIncomingContext(ctxTimeout(t, time.Minute), metadata.Pairs(MetadataDepth, "1", MetadataTrial, "1"))
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc/Tier"}
+	_, err := i.UnaryServer()(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+		return nil, i.UnaryClient()(ctx, "/svc/M", nil, nil, cc, f.invoke)
+	})
+	if err == nil || len(f.seen) != 1 {
+		t.Fatalf("retry of a trial's call into a target that went down: %d attempts, err %v; want 1 and an error", len(f.seen), err)
+	}
+}
+
+// A stream's start holds no slot and shows nothing: if it is let in as
+// the trial, it gives the turn back, and the unary request right after
+// it goes in as the trial.
+func TestStreamStartGivesTrialBack(t *testing.T) {
+	admClk := clock.NewFake(time.Now().Add(-time.Hour))
+	i := mustNew(t, WithAdmission(admission.Config{Window: time.Second, Clock: admClk}))
+	l := i.Admission()
+	overload(t, l, admClk)
+	admClk.Advance(time.Hour)
+	ss := &queueStream{ctx: ctxTimeout(t, time.Minute)}
+	if err := i.StreamServer()(nil, ss, &grpc.StreamServerInfo{FullMethod: "/svc/S", IsServerStream: true}, func(any, grpc.ServerStream) error { return nil }); err != nil {
+		t.Fatalf("stream start, a trial due: %v", err)
+	}
+	ran := false
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc/Tier"}
+	_, err := i.UnaryServer()(ctxTimeout(t, time.Minute), nil, info, func(ctx context.Context, _ any) (any, error) {
+		in, _ := FromContext(ctx)
+		ran = in.Trial
+		return nil, nil
+	})
+	if err != nil || !ran {
+		t.Fatalf("unary request right after a stream start: err %v, ran as a trial %v; want the trial", err, ran)
+	}
+	if l.Overloaded() {
+		t.Error("still overloaded after the trial was served at once")
+	}
+}

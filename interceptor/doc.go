@@ -64,7 +64,10 @@
 // depth count for the tiers below it, and they read the depth and
 // upstream retries that it and its successors send. Without it, forged or
 // malformed metadata can only lower the attempts of a tier, under
-// DefaultTierPolicy and TierPolicyConfig alike (see TierPolicy).
+// DefaultTierPolicy and TierPolicyConfig alike (see TierPolicy); the one
+// exception is MetadataTrial, which can get a probe to a dependency the
+// tier's throttle holds down out early, at most one per probe interval,
+// never a retry.
 //
 // # Hedging
 //

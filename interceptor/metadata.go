@@ -80,7 +80,10 @@ type Info struct {
 	// Trial: this request is a trial of this tier's admission control
 	// (admission.Permit.Trial), or serves one of a tier above
 	// (MetadataTrial): this tier's calls for it probe a dependency that
-	// its adaptive throttle holds down, and carry the mark on.
+	// its adaptive throttle holds down, and carry the mark on. A trial of
+	// this tier's own is marked once admission control let it in:
+	// EventRequestReceived, sent before, shows only the mark of a tier
+	// above; FromContext in the handler shows both.
 	Trial bool
 }
 
