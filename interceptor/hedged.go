@@ -134,12 +134,33 @@ func splitOptions(opts []grpc.CallOption) ([]grpc.CallOption, userOptions) {
 	var u userOptions
 	rest := make([]grpc.CallOption, 0, len(opts)+3)
 	for _, o := range opts {
+		// Both the values and pointers to them: grpc-go reads either
+		// (an interceptor further out may pass its own as pointers, as
+		// this package does).
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
 			u.header = append(u.header, o.HeaderAddr)
+		case *grpc.HeaderCallOption:
+			if o == nil {
+				rest = append(rest, o)
+				continue
+			}
+			u.header = append(u.header, o.HeaderAddr)
 		case grpc.TrailerCallOption:
 			u.trailer = append(u.trailer, o.TrailerAddr)
+		case *grpc.TrailerCallOption:
+			if o == nil {
+				rest = append(rest, o)
+				continue
+			}
+			u.trailer = append(u.trailer, o.TrailerAddr)
 		case grpc.PeerCallOption:
+			u.peer = append(u.peer, o.PeerAddr)
+		case *grpc.PeerCallOption:
+			if o == nil {
+				rest = append(rest, o)
+				continue
+			}
 			u.peer = append(u.peer, o.PeerAddr)
 		default:
 			rest = append(rest, o)
@@ -309,7 +330,6 @@ func (h *hedgeCall) hedge() (time.Duration, error) {
 	if h.hedgeOpts == nil {
 		h.hedgeOpts, h.user = splitOptions(h.userOpts)
 	}
-	h.tick = make(chan struct{}, 1)
 	h.flight = append(h.flight[:0], &h.lead)
 	defer h.stopTick()
 	h.fire()
@@ -464,6 +484,17 @@ type leadPanic struct{}
 func (h *hedgeCall) judge(t *hedgeTry) outcome {
 	c := h.c
 	h.flight = slices.DeleteFunc(h.flight, func(f *hedgeTry) bool { return f == t })
+	reported := false
+	defer func() {
+		if !reported {
+			// The classification panicked (an error whose GRPCStatus
+			// panics, a clock): out of flight already, the attempt is
+			// reported here, as the plain call's are, so that no
+			// mechanism keeps a slot for it (a half-open probe's).
+			t.cancel()
+			c.report(&t.a, panicked)
+		}
+	}()
 	now := c.cfg.now()
 	var o outcome
 	switch {
@@ -476,6 +507,7 @@ func (h *hedgeCall) judge(t *hedgeTry) outcome {
 		o = c.classify(&t.a, t.err, t.trailer)
 	}
 	t.cancel()
+	reported = true // before report: a mechanism's own panic is not reported twice
 	c.report(&t.a, o)
 	if h.target != nil && t.a.n == 0 && (o.kind == outcomeSuccess || o.kind == outcomeAnswer || o == cancelledByUs) {
 		// A first attempt cancelled for a hedge's answer counts with the
@@ -562,27 +594,25 @@ func (h *hedgeCall) abort() {
 }
 
 // startTick starts the wait for the next hedge, replacing the one
-// pending: a tick of that one which came already (while the coordinator
-// was busy) is dropped, so that a pushback is waited in full.
+// pending. Each wait ticks on a channel of its own: a tick of the one
+// replaced, which came already (while the coordinator was busy) or is on
+// its way (its timer expired, and its function runs late, on a goroutine
+// of its own), goes where no one listens, so that a pushback is waited
+// in full.
 func (h *hedgeCall) startTick(d time.Duration) {
 	h.stopTick()
-	select {
-	case <-h.tick:
-	default:
-	}
 	h.waited = d
-	tick := h.tick
-	h.tickStop = h.c.cfg.afterFunc(d, func() {
-		select {
-		case tick <- struct{}{}:
-		default:
-		}
-	})
+	tick := make(chan struct{}, 1)
+	h.tick = tick
+	h.tickStop = h.c.cfg.afterFunc(d, func() { tick <- struct{}{} })
 }
 
+// stopTick ends the wait for the next hedge: none ticks after it (a nil
+// channel is never ready).
 func (h *hedgeCall) stopTick() {
 	if h.tickStop != nil {
 		h.tickStop.Stop()
 		h.tickStop = nil
 	}
+	h.tick = nil
 }

@@ -233,3 +233,132 @@ func TestHedgePastMaxMethods(t *testing.T) {
 		}
 	}
 }
+
+// An attempt whose error panics in GRPCStatus (the classification
+// panics), the lead alone (no coordinator): reported as panicked, as the
+// plain call's are (TestUnaryReportsEveryAttemptOnce), so that no
+// mechanism keeps a slot for it.
+func TestHedgeClassifyPanicLeadAlone(t *testing.T) {
+	m := &countMech{}
+	timers := newHedgeTimers()
+	i := withMech(t, m, WithHedging(Hedging{Delay: time.Hour}), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = failWith(panicStatusErr{})
+	_, p := recovering(func() error {
+		var reply testsvcv1.UnaryResponse
+		return i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, newCC(t), f.invoke)
+	})
+	if !p {
+		t.Fatal("no panic")
+	}
+	if m.allowed != 1 || m.dones != 1 {
+		t.Fatalf("allowed %d, reported %d: want 1 and 1 (a half-open probe keeps its slot)", m.allowed, m.dones)
+	}
+}
+
+// The same, for a hedge judged by the coordinator.
+func TestHedgeClassifyPanicHedge(t *testing.T) {
+	m := &countMech{}
+	timers := newHedgeTimers()
+	i := withMech(t, m, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+	f := newHedgeInvoker()
+	f.answer[0] = hang
+	f.answer[1] = failWith(panicStatusErr{})
+	done := make(chan bool, 1)
+	go func() {
+		_, p := recovering(func() error {
+			var reply testsvcv1.UnaryResponse
+			return i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, newCC(t), f.invoke)
+		})
+		done <- p
+	}()
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	if !<-done {
+		t.Fatal("no panic")
+	}
+	if m.allowed != 2 || m.dones != 2 {
+		t.Fatalf("allowed %d, reported %d: want 2 and 2", m.allowed, m.dones)
+	}
+}
+
+// lateStopper is a wait whose Stop comes too late, as time.Timer.Stop
+// does once the timer expired and its function was started on its own
+// goroutine (which may not have run yet).
+type lateStopper struct{}
+
+func (lateStopper) Stop() bool { return false }
+
+// The hedge delay's timer expired (its function started, not yet run) as
+// a hedge's positive pushback replaced the wait: the stale function's
+// tick, sent late, must not reach the coordinator, or the next hedge
+// goes at once instead of after the pushback.
+func TestHedgeStaleTickAfterPushback(t *testing.T) {
+	var waits []func()
+	cfg := defaultConfig()
+	cfg.afterFunc = func(_ time.Duration, f func()) stopper {
+		waits = append(waits, f)
+		return lateStopper{}
+	}
+	h := &hedgeCall{c: &call{cfg: &cfg}}
+	h.startTick(time.Millisecond) // the hedge delay
+	h.startTick(5 * time.Minute)  // a pushback replaces it, too late to stop it
+	waits[0]()                    // the expired wait's function runs late
+	select {
+	case <-h.tick:
+		t.Fatal("the replaced wait's late tick reached the coordinator")
+	default:
+	}
+	waits[1]()
+	select {
+	case <-h.tick:
+	default:
+		t.Fatal("the pushback's wait did not tick")
+	}
+	h.stopTick()
+	if h.tick != nil {
+		t.Error("a stopped wait left a channel to tick on")
+	}
+}
+
+// Header options passed as pointers (as this package passes its own to
+// the invoker) are the caller's too: a winning hedge's header reaches
+// them, not a loser's.
+func TestHedgePointerHeaderOption(t *testing.T) {
+	timers := newHedgeTimers()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), timers.option())
+	f := newHedgeInvoker()
+	setHeader := func(who string) func(opts []grpc.CallOption) {
+		return func(opts []grpc.CallOption) {
+			for _, o := range opts {
+				switch o := o.(type) {
+				case grpc.HeaderCallOption:
+					*o.HeaderAddr = metadata.Pairs("who", who)
+				case *grpc.HeaderCallOption:
+					*o.HeaderAddr = metadata.Pairs("who", who)
+				}
+			}
+		}
+	}
+	f.answer[0] = func(ctx context.Context, _ *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
+		err := hang(ctx, nil, nil)
+		setHeader("lead")(opts) // headers had come; grpc fills the option at the end
+		return err
+	}
+	f.answer[1] = func(_ context.Context, r *testsvcv1.UnaryResponse, opts []grpc.CallOption) error {
+		setHeader("hedge")(opts)
+		r.Id = "hedge"
+		return nil
+	}
+	var reply testsvcv1.UnaryResponse
+	var hd metadata.MD
+	done := hedgedCall(t, i, f, &reply, &grpc.HeaderCallOption{HeaderAddr: &hd})
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	if err := waitErr(t, done); err != nil || reply.GetId() != "hedge" {
+		t.Fatalf("call %v %q", err, reply.GetId())
+	}
+	if got := hd.Get("who"); len(got) != 1 || got[0] != "hedge" {
+		t.Errorf("caller header who=%v, want the winning hedge", got)
+	}
+}

@@ -87,7 +87,10 @@ type hedging struct {
 // Each hedge gets its own reply message, copied into the caller's when it
 // wins (after the other attempts returned); a reply that is not a
 // proto.Message is not hedged. The caller's grpc.Header, grpc.Trailer and
-// grpc.Peer options receive the winning attempt's. Streams are not
+// grpc.Peer options (values or pointers) receive the winning attempt's;
+// every other call option goes to each attempt, so that a callback such
+// as grpc.OnFinish runs once per attempt, on the attempts' goroutines,
+// at the same time for attempts in flight together. Streams are not
 // hedged (see the package documentation).
 //
 // What it costs: a hedging call that sends no hedge has a cancellable
