@@ -152,7 +152,8 @@ type streamAttempt struct {
 	attempt
 	cs      grpc.ClientStream
 	cancel  context.CancelFunc
-	settled bool // its outcome was reported, or is being; guarded by retryStream.mu
+	unwatch func() bool // stops the watch for its abandonment (see open), or nil
+	settled bool        // its outcome was reported, or is being; guarded by retryStream.mu
 }
 
 // settle reports a's outcome o to the mechanisms, once. If abandoned is
@@ -167,6 +168,11 @@ func (s *retryStream) settle(a *streamAttempt, o outcome) {
 	}
 	a.settled = true
 	s.mu.Unlock()
+	if a.unwatch != nil {
+		// Reported: the caller's context, which may live long after the
+		// stream, no longer needs to reach the attempt (and its stream).
+		a.unwatch()
+	}
 	s.c.report(&a.attempt, o)
 	s.reporting.Wait()
 }
@@ -203,6 +209,15 @@ func (s *retryStream) abandoned(a *streamAttempt) {
 	defer s.reporting.Done()
 	o := cancelledByUs
 	if cerr := s.c.ctx.Err(); cerr != nil {
+		if errors.Is(cerr, context.DeadlineExceeded) && !a.answered.Load() {
+			// Headers that came while no one asked for them are an
+			// answer: a target that answered and was then cut off by the
+			// caller's deadline is no hang. (gRPC's Header returns at once
+			// for an attempt whose context ended.)
+			if md, _ := a.cs.Header(); md != nil {
+				a.answered.Store(true)
+			}
+		}
 		o = s.c.classify(&a.attempt, status.FromContextError(cerr).Err(), nil)
 	}
 	s.c.abandoned(&a.attempt, o)
@@ -250,7 +265,7 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 		// Abandoned by its caller (context done, RecvMsg never called
 		// again), the attempt must not keep its permit: a half-open
 		// probe would hold its slot forever.
-		context.AfterFunc(actx, func() { s.abandoned(a) })
+		a.unwatch = context.AfterFunc(actx, func() { s.abandoned(a) })
 	}
 	if !s.replayInto(a) {
 		placed = true

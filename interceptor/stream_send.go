@@ -12,7 +12,8 @@ import (
 // encoding for replay.
 func (s *retryStream) SendMsg(m any) error {
 	if a := s.settledOn.Load(); a != nil {
-		return a.cs.SendMsg(m) // committed, nothing to keep: see recvSettled
+		// Committed, nothing to keep: see recvSettled.
+		return s.sendFailed(a, a.cs.SendMsg(m))
 	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
@@ -20,7 +21,7 @@ func (s *retryStream) SendMsg(m any) error {
 	committed, finished, a := s.committed, s.finished, s.cur
 	s.mu.Unlock()
 	if finished {
-		return a.cs.SendMsg(m)
+		return a.cs.SendMsg(m) // reported already
 	}
 	kept := !committed && s.keep(m)
 	err := a.cs.SendMsg(m)
@@ -40,6 +41,24 @@ func (s *retryStream) SendMsg(m any) error {
 			s.buf = s.buf[:n-1]
 		}
 		s.mu.Unlock()
+	}
+	return s.sendFailed(a, err)
+}
+
+// sendFailed returns err, SendMsg's on attempt a. An error other than
+// io.EOF is the client's own (a message over the size limit, a send
+// after CloseSend), and gRPC ended the stream with it: the caller may
+// stop there and never call RecvMsg. So a's context is cancelled (a
+// retry's own; the first attempt runs in the caller's), and the
+// mechanisms that hold a slot for a (a half-open breaker's probe) hear
+// that it ended, as for an attempt its caller abandoned. The others hear
+// its status if RecvMsg reads it.
+func (s *retryStream) sendFailed(a *streamAttempt, err error) error {
+	if err != nil && !errors.Is(err, io.EOF) {
+		a.cancel()
+		if a.mustReport {
+			s.abandoned(a)
+		}
 	}
 	return err
 }

@@ -21,14 +21,24 @@ import (
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
-// plan says how one fake attempt behaves.
+// plan says how one fake attempt behaves:
+//   - "before": fail (trailers only, no headers) once at requests were
+//     received, answering none;
+//   - "after": echo, headers with the first answer, and fail once at
+//     requests are answered;
+//   - "ok": echo all, headers with the first answer, end with io.EOF
+//     after the half-close;
+//   - "hdrfail": send headers once at requests were received, then fail;
+//   - "hold": send headers at once, then nothing until the context ends.
 type plan struct {
-	mode string // "before": fail after receiving at requests, answering none;
-	// "after": echo, and fail once at requests are answered; "ok": echo all
-	at int
+	mode string
+	at   int
 }
 
-// fakeStream is a bidi echo stream that follows a plan.
+// fakeStream is a bidi echo stream that follows a plan, with gRPC's
+// semantics for Header (it waits for the headers or the end, and returns
+// nil for an attempt that ended without headers) and for SendMsg (io.EOF
+// once the attempt ended, an error of the client's own after CloseSend).
 type fakeStream struct {
 	ctx  context.Context
 	plan plan
@@ -38,6 +48,7 @@ type fakeStream struct {
 	sent     []string
 	closed   bool
 	answered int
+	headers  bool
 	ended    error
 }
 
@@ -53,8 +64,11 @@ func (f *fakeStream) signalLocked() {
 func (f *fakeStream) SendMsg(m any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.ended != nil {
+	if f.ended != nil || f.ctx.Err() != nil {
 		return io.EOF
+	}
+	if f.closed {
+		return status.Error(codes.Internal, "SendMsg called after CloseSend")
 	}
 	f.sent = append(f.sent, m.(*testsvcv1.BidiRequest).GetId())
 	f.signalLocked()
@@ -69,54 +83,108 @@ func (f *fakeStream) CloseSend() error {
 	return nil
 }
 
+// endLocked ends the attempt with err.
+func (f *fakeStream) endLocked(err error) {
+	f.ended = err
+	f.signalLocked()
+}
+
+// stepLocked advances the fake by its plan; it reports whether an
+// answer is ready.
+func (f *fakeStream) stepLocked() bool {
+	switch {
+	case f.ended != nil:
+		return false
+	case f.ctx.Err() != nil:
+		f.endLocked(status.FromContextError(f.ctx.Err()).Err())
+		return false
+	}
+	switch f.plan.mode {
+	case "hold":
+		if !f.headers {
+			f.headers = true
+			f.signalLocked()
+		}
+		return false
+	case "before":
+		if len(f.sent) >= f.plan.at {
+			f.endLocked(status.Error(codes.Unavailable, "fake failure"))
+		}
+		return false
+	case "hdrfail":
+		if len(f.sent) >= f.plan.at {
+			f.headers = true
+			f.endLocked(status.Error(codes.Unavailable, "fake failure after headers"))
+		}
+		return false
+	case "after":
+		if f.answered >= f.plan.at {
+			f.endLocked(status.Error(codes.Unavailable, "fake failure"))
+			return false
+		}
+	}
+	if f.answered < len(f.sent) {
+		if !f.headers {
+			f.headers = true
+			f.signalLocked()
+		}
+		return true
+	}
+	if f.closed {
+		f.headers = true
+		f.endLocked(io.EOF)
+	}
+	return false
+}
+
+// wait waits for a change of the fake, or for its context to end.
+func (f *fakeStream) wait(ch chan struct{}) {
+	select {
+	case <-ch:
+	case <-f.ctx.Done():
+	}
+}
+
 func (f *fakeStream) RecvMsg(m any) error {
 	for {
 		f.mu.Lock()
+		if f.stepLocked() {
+			m.(*testsvcv1.BidiResponse).Id = f.sent[f.answered]
+			f.answered++
+			f.mu.Unlock()
+			return nil
+		}
 		if f.ended != nil {
 			err := f.ended
 			f.mu.Unlock()
 			return err
 		}
-		switch {
-		case f.plan.mode == "before" && len(f.sent) >= f.plan.at,
-			f.plan.mode == "after" && f.answered >= f.plan.at:
-			f.ended = status.Error(codes.Unavailable, "fake failure")
-			f.signalLocked()
-			f.mu.Unlock()
-			return f.ended
-		case f.plan.mode != "before" && f.answered < len(f.sent):
-			m.(*testsvcv1.BidiResponse).Id = f.sent[f.answered]
-			f.answered++
-			f.mu.Unlock()
-			return nil
-		case f.plan.mode != "before" && f.closed:
-			f.ended = io.EOF
-			f.mu.Unlock()
-			return io.EOF
-		}
 		ch := f.changed
 		f.mu.Unlock()
-		select {
-		case <-ch:
-		case <-f.ctx.Done():
-			f.mu.Lock()
-			if f.ended == nil {
-				f.ended = status.FromContextError(f.ctx.Err()).Err()
-			}
-			f.mu.Unlock()
-		}
+		f.wait(ch)
 	}
 }
 
-func (f *fakeStream) Header() (metadata.MD, error) { return nil, nil }
-func (f *fakeStream) Trailer() metadata.MD         { return nil }
-func (f *fakeStream) Context() context.Context     { return f.ctx }
-
-func (f *fakeStream) record() (sent []string, answered int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.sent), f.answered
+func (f *fakeStream) Header() (metadata.MD, error) {
+	for {
+		f.mu.Lock()
+		f.stepLocked()
+		switch {
+		case f.headers:
+			f.mu.Unlock()
+			return metadata.MD{}, nil
+		case f.ended != nil:
+			f.mu.Unlock()
+			return nil, nil
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		f.wait(ch)
+	}
 }
+
+func (f *fakeStream) Trailer() metadata.MD     { return nil }
+func (f *fakeStream) Context() context.Context { return f.ctx }
 
 // fakeStreamer hands out fake attempts that follow plans in order (the
 // last one repeats) and keeps them for inspection.
@@ -150,35 +218,44 @@ func halfOpenSet(t *testing.T) (*breaker.Set, *breaker.Breaker) {
 
 var bidiDesc = &grpc.StreamDesc{StreamName: "Bidi", ServerStreams: true, ClientStreams: true}
 
-// TestStreamInterleavings runs seeded random schedules of sends, receives,
-// failures before and after the commit, and cancellation, with the sender
-// and the receiver in different goroutines, and checks what must hold
-// whatever the interleaving.
+// Sender, receiver and Header in three goroutines, with retries, headers
+// then failures, trailers-only failures and cancellation (400 seeded
+// plans): every attempt gets a prefix of the messages in order, none
+// that sent headers is retried, every retry's context is cancelled at
+// the end, and every attempt started is reported ended once.
 func TestStreamInterleavings(t *testing.T) {
-	for seed := range uint64(300) {
+	for seed := range uint64(400) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 7))
-			msgs := 1 + r.IntN(6)
-			modes := []string{"before", "after", "ok"}
+			r := rand.New(rand.NewPCG(seed, 11))
+			msgs := 1 + r.IntN(5)
+			modes := []string{"before", "hdrfail", "after"}
 			var plans []plan
 			for range 4 {
-				plans = append(plans, plan{mode: modes[r.IntN(3)], at: r.IntN(msgs + 1)})
+				m := modes[r.IntN(3)]
+				at := r.IntN(msgs + 1)
+				if m == "after" && r.IntN(2) == 0 {
+					m = "ok"
+				}
+				plans = append(plans, plan{mode: m, at: at})
 			}
 			cancelAt := -1
-			if r.IntN(4) == 0 {
+			if r.IntN(5) == 0 {
 				cancelAt = r.IntN(msgs)
 			}
+			useHeader := r.IntN(2) == 0
+			rec := &recorder{}
 			fs := &fakeStreamer{plans: plans}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			i := mustNew(t, noWait)
+			i := mustNew(t, noWait, WithObserver(rec))
 			cs, err := i.StreamClient()(ctx, bidiDesc, newCC(t), "/svc/Bidi", fs.streamer)
 			if err != nil {
 				t.Fatalf("open: %v", err)
 			}
-			sendDone := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
 			go func() {
-				defer close(sendDone)
+				defer wg.Done()
 				for n := range msgs {
 					if n == cancelAt {
 						cancel()
@@ -189,6 +266,13 @@ func TestStreamInterleavings(t *testing.T) {
 				}
 				_ = cs.CloseSend()
 			}()
+			if useHeader {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, _ = cs.Header()
+				}()
+			}
 			var got []string
 			var end error
 			for {
@@ -198,26 +282,41 @@ func TestStreamInterleavings(t *testing.T) {
 				}
 				got = append(got, m.GetId())
 			}
-			<-sendDone
+			wg.Wait()
 
 			want := ids(msgs)
 			if !slices.Equal(got, want[:min(len(got), msgs)]) || len(got) > msgs {
-				t.Fatalf("application received %v: want a prefix of %v, in order, without duplicates", got, want)
+				t.Fatalf("received %v, want a prefix of %v", got, want)
 			}
 			if errors.Is(end, io.EOF) && len(got) != msgs {
-				t.Fatalf("clean end after %v, want all of %v", got, want)
+				t.Fatalf("EOF after %v", got)
 			}
-			if n := len(fs.attempts); n > DefaultMaxAttempts {
-				t.Fatalf("%d attempts, want at most %d", n, DefaultMaxAttempts)
+			fs.mu.Lock()
+			attempts := slices.Clone(fs.attempts)
+			fs.mu.Unlock()
+			if len(attempts) > DefaultMaxAttempts {
+				t.Fatalf("%d attempts", len(attempts))
 			}
-			for k, a := range fs.attempts {
-				sent, answered := a.record()
+			for k, a := range attempts {
+				a.mu.Lock()
+				sent, closed, headers, ended := slices.Clone(a.sent), a.closed, a.headers, a.ended
+				a.mu.Unlock()
 				if !slices.Equal(sent, want[:min(len(sent), msgs)]) {
-					t.Fatalf("attempt %d got %v: want a prefix of %v (replay in order, nothing twice)", k, sent, want)
+					t.Fatalf("attempt %d got %v, want a prefix of %v", k, sent, want)
 				}
-				if answered > 0 && k < len(fs.attempts)-1 {
-					t.Fatalf("attempt %d answered %d messages and was retried: no retry after the commit", k, answered)
+				if errors.Is(ended, io.EOF) && (!closed || len(sent) != msgs) {
+					t.Fatalf("attempt %d ended cleanly with %v closed=%v", k, sent, closed)
 				}
+				if headers && k < len(attempts)-1 {
+					t.Fatalf("attempt %d sent headers and was retried (plans %v)", k, plans)
+				}
+				if k > 0 && a.ctx.Err() == nil {
+					t.Fatalf("attempt %d: context not cancelled after the stream ended with %v (plans %v)", k, end, plans)
+				}
+			}
+			starts, ends := rec.count(EventAttemptStart), rec.count(EventAttemptEnd)
+			if starts != len(attempts) || ends != starts {
+				t.Fatalf("attempts %d, starts %d, ends %d (plans %v, end %v)", len(attempts), starts, ends, plans, end)
 			}
 		})
 	}
