@@ -18,6 +18,10 @@ import (
 const (
 	longRuns     = 16
 	maxRunFactor = 4
+	// maxMinFailures bounds ServingConfig.MinFailures (so that
+	// maxRunFactor times it cannot overflow): a million failures in a
+	// row is "practically never" at any rate.
+	maxMinFailures = 1 << 20
 )
 
 // Defaults for the zero fields of [ServingConfig].
@@ -37,6 +41,7 @@ type ServingConfig struct {
 	// 30 % random failures a run of 20 starts with a probability of
 	// 0.3^20, about 3.5e-11, so random failures never trip it, while a
 	// server that fails everything at 1 000 requests/s has 20 in 20 ms.
+	// Valid: 1 to 1 048 576.
 	MinFailures int
 
 	// Quiet is how long the run must last with nothing served. Zero means DefaultQuiet
@@ -78,10 +83,10 @@ func (c ServingConfig) normalize() (ServingConfig, error) {
 		c.Clock = clock.Real{}
 	}
 	switch {
-	case c.MinFailures < 1:
-		return bad("ServingConfig.MinFailures %d: want at least 1", c.MinFailures)
+	case c.MinFailures < 1 || c.MinFailures > maxMinFailures:
+		return bad("ServingConfig.MinFailures %d: want 1 to %d", c.MinFailures, maxMinFailures)
 	case c.Quiet < 0 || c.Quiet > time.Hour:
-		return bad("ServingConfig.Quiet %v: want 0 to 1h", c.Quiet)
+		return bad("ServingConfig.Quiet %v: want up to 1h (0: the default, %v)", c.Quiet, DefaultQuiet)
 	case c.Trial < time.Millisecond || c.Trial > time.Hour:
 		return bad("ServingConfig.Trial %v: want 1ms to 1h", c.Trial)
 	case c.TrialFailures < 1 || c.TrialFailures > c.MinFailures:
@@ -268,8 +273,9 @@ func (s *Serving) TrialIn() time.Duration {
 }
 
 // Trial starts a trial if the server has not been serving for Trial: it is
-// serving again, and TrialFailures failures in a row end that. It reports
-// whether it started one.
+// serving again, until TrialFailures more of the trial's requests failed
+// than were served (or as many more were served: the trial passed). It
+// reports whether it started one.
 func (s *Serving) Trial() bool {
 	now := s.elapsed()
 	s.mu.Lock()

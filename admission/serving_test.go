@@ -2,6 +2,7 @@ package admission
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -319,5 +320,21 @@ func TestServingNinetyFivePercentStaysDown(t *testing.T) {
 		if changes > 2*int(20*time.Second/DefaultTrial)+2 {
 			t.Errorf("seed %d: %d changes in 20 s: more than the trials'", seed, changes)
 		}
+	}
+}
+
+// A MinFailures so large that the longest run it allows would overflow
+// is refused, not taken for a negative need that makes the server not
+// serving after a few failures.
+func TestServingHugeMinFailuresRefused(t *testing.T) {
+	for _, mf := range []int{math.MaxInt, math.MaxInt / 4, maxMinFailures + 1} {
+		if _, err := NewServing(ServingConfig{MinFailures: mf}); err == nil {
+			t.Errorf("MinFailures %d: no error", mf)
+		}
+	}
+	s, clk := newServing(t, ServingConfig{MinFailures: maxMinFailures})
+	fail(s, clk, 51)
+	if !s.Serving() {
+		t.Error("MinFailures at its largest: not serving after 51 failures")
 	}
 }

@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -41,9 +42,11 @@ type HealthSetter interface {
 // judged from its own answers (see admission.Serving): NOT_SERVING after a
 // run of its own transient failures (by default 20 in a row, with nothing
 // served for 50 ms; more after a partial loss, see admission.Serving),
-// SERVING again on trial after cfg.Trial (200 ms), and
-// SERVING at once when anything is served. Server side. Services are the
-// health service names set (none: "", the whole server).
+// and SERVING again on trial after cfg.Trial (200 ms): only a trial
+// brings it back, since answers served while it is not serving come from
+// clients that do not watch its health and say little of whether it
+// serves enough. Server side. Services are the health service names set
+// (none: "", the whole server); each is SERVING from the start.
 //
 // It is for a server that is alive but cannot serve (its database is
 // down): its connections stay ready, so each client must otherwise make a
@@ -97,13 +100,14 @@ type HealthSetter interface {
 //		interceptor.WithHealth(hs, admission.ServingConfig{}))...)
 //
 // The trials run on the system clock (time.AfterFunc): cfg.Clock must be
-// nil. An invalid cfg or a nil h makes New fail.
+// nil. An invalid cfg or a nil h (a nil *health.Server too) makes New
+// fail.
 func WithHealth(h HealthSetter, cfg admission.ServingConfig, services ...string) Option {
 	var s *admission.Serving
 	err := error(nil)
 	if cfg.Clock != nil {
 		err = invalid("WithHealth: ServingConfig.Clock must be nil: the trials run on timers")
-	} else if h == nil {
+	} else if isNil(h) {
 		err = invalid("WithHealth: nil HealthSetter")
 	} else if s, err = admission.NewServing(cfg); err != nil {
 		err = invalid("WithHealth: %v", err)
@@ -117,11 +121,27 @@ func WithHealth(h HealthSetter, cfg admission.ServingConfig, services ...string)
 			return err
 		}
 		c.health = sh
+		// A health server knows only "" until told: a client that
+		// watches another of the services would see it unknown, and its
+		// channel never ready, until the first change.
+		sh.setAll()
 		return nil
 	})
 }
 
-// Serving returns the server's health tracker (WithHealth), or nil.
+// isNil reports whether h is nil, or a nil pointer in an interface.
+func isNil(h HealthSetter) bool {
+	if h == nil {
+		return true
+	}
+	v := reflect.ValueOf(h)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// Serving returns the server's health tracker (WithHealth), or nil, to
+// read its state (Serving, Downs). The interceptor records every answer
+// of the server itself: do not call Record or Trial on it, since a change
+// made there is neither published nor followed by a trial.
 func (i *Interceptors) Serving() *admission.Serving {
 	if i.server.health == nil {
 		return nil
@@ -152,8 +172,9 @@ func (sh *selfHealth) setObserver(o Observer) {
 }
 
 // admit lets every request run (the server's health is for its callers'
-// balancers to read, not a gate) and notes the Serving's epoch it starts
-// in, so that its answer counts only if the state has not changed since.
+// balancers to read, not a gate) and notes the Serving's epoch (the
+// trials started) it starts in, so that its failure does not count
+// against a trial that started after it.
 func (sh *selfHealth) admit(_ *server, sc *stateCtx, _ string, _ grpc.ServerStream) error {
 	sc.st.epoch = sh.serving.Epoch()
 	return nil
@@ -188,6 +209,26 @@ var healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 // healthMethod reports whether method is one of the gRPC health service's.
 func healthMethod(method string) bool { return strings.HasPrefix(method, healthPrefix) }
 
+// setAll sets every service's status to the current state.
+func (sh *selfHealth) setAll() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.setLocked()
+}
+
+// setLocked sets every service's status to the current state; a server
+// that is not serving gets a timer for its trial. sh.mu is held.
+func (sh *selfHealth) setLocked() {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !sh.serving.Serving() {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+		sh.armLocked()
+	}
+	for _, svc := range sh.services {
+		sh.h.SetServingStatus(svc, st)
+	}
+}
+
 // publish reports the current state to h, under mu so that reports made
 // concurrently land in order; the last one is always the current state.
 // A server that is not serving gets a timer for its trial. changedTo is
@@ -200,14 +241,7 @@ func (sh *selfHealth) publish(changedTo bool) {
 	if !changedTo {
 		kind = EventNotServing
 	}
-	st := healthpb.HealthCheckResponse_SERVING
-	if !sh.serving.Serving() {
-		st = healthpb.HealthCheckResponse_NOT_SERVING
-		sh.armLocked()
-	}
-	for _, svc := range sh.services {
-		sh.h.SetServingStatus(svc, st)
-	}
+	sh.setLocked()
 	if sh.observer != nil {
 		sh.observer.Observe(context.Background(), Event{Kind: kind})
 	}

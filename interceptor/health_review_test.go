@@ -138,3 +138,41 @@ func TestAdaptiveIdleChannelDoesNotRevive(t *testing.T) {
 		t.Fatalf("ready again after idle: %v, down %v; want refused, still down", err, th.Down())
 	}
 }
+
+// The regressions of the review of 2026-12-05.
+
+// A service named in WithHealth besides "" is SERVING from the start: a
+// health server knows only "" until told, and a client whose health
+// check names the service would see it unknown, its channel never ready,
+// on a healthy server.
+func TestHealthNamedServiceServingFromStart(t *testing.T) {
+	hs := health.NewServer()
+	srvI := mustNew(t, WithHealth(hs, admission.ServingConfig{}, "payment.v1.Payment"))
+	resp, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "payment.v1.Payment"})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("named service of a healthy server: %v, %v; want SERVING", resp.GetStatus(), err)
+	}
+	srv := grpc.NewServer(srvI.ServerOptions()...)
+	testsvcv1.RegisterTestServiceServer(srv, &stubService{unary: func(int, context.Context) error { return nil }})
+	healthpb.RegisterHealthServer(srv, hs)
+	lis := serveBufconn(t, srv)
+	cc := dialBufconn(t, lis, "payment", grpc.WithDefaultServiceConfig(
+		`{"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": "payment.v1.Payment"}}`))
+	cc.Connect()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for s := cc.GetState(); s != connectivity.Ready; s = cc.GetState() {
+		if !cc.WaitForStateChange(ctx, s) {
+			t.Fatalf("channel watching the named service of a healthy server: %v, want READY", s)
+		}
+	}
+}
+
+// A nil *health.Server in the HealthSetter interface is refused by New,
+// not a panic inside the first request that changes the state.
+func TestHealthTypedNilSetter(t *testing.T) {
+	var hs *health.Server
+	if _, err := New(WithHealth(hs, admission.ServingConfig{})); err == nil {
+		t.Fatal("New with a nil *health.Server: no error")
+	}
+}
