@@ -85,7 +85,12 @@ func (b Backoff) Delay(retry int, u float64, prev time.Duration) time.Duration {
 	default:
 		d = u * exponential(base, ceil, retry)
 	}
-	return time.Duration(min(d, ceil))
+	if d >= ceil {
+		// Also where Cap is near the largest Duration: float64(Cap)
+		// rounds up to 2^63, which no Duration holds.
+		return b.Cap
+	}
+	return time.Duration(d)
 }
 
 // exponential returns min(ceil, base * 2^retry) without overflowing.

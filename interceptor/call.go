@@ -312,7 +312,7 @@ func (c *call) next(err error, o outcome) (time.Duration, error) {
 	if r := c.mayRetry(o); r != 0 {
 		return -1, c.stop(r)
 	}
-	wait := c.wait(o)
+	wait := max(c.wait(o), 0) // a negative wait would read as "the call is over"
 	if dl, ok := c.ctx.Deadline(); ok && !roomForRetry(time.Until(dl), wait) {
 		return -1, c.stop(StopDeadline)
 	}
@@ -361,8 +361,8 @@ func (c *call) wait(o outcome) time.Duration {
 	switch {
 	case o.hasPushback:
 		wait := c.cfg.backoff.withDefaults().Cap
-		if o.pushback < wait.Milliseconds() {
-			wait = time.Duration(o.pushback) * time.Millisecond
+		if o.pushback <= wait.Milliseconds() { // no overflow below
+			wait = min(wait, time.Duration(o.pushback)*time.Millisecond)
 		}
 		return wait
 	case c.retryNow:

@@ -94,6 +94,9 @@ var ErrBudgetExhausted = budget.ErrRefused
 // what a server that returns the error sends on the wire) is the last
 // attempt's, unchanged: code, message and details as the downstream sent
 // them. So a message does not grow by a suffix at every tier of a chain.
+// The exception: when the caller's context ended while the call waited
+// for a retry, the status is that of the context's error (Canceled or
+// DeadlineExceeded), which is why the call ended.
 // When no attempt was made (an open breaker or the adaptive throttle
 // refused the first one), the status is codes.Unavailable with the fixed
 // message BreakerOpenMessage or ThrottledMessage, which name no target:
@@ -111,7 +114,8 @@ var ErrBudgetExhausted = budget.ErrRefused
 // fmt.Errorf("charge: %w", err)) it sends the wrapper's Error() string as
 // the message, stormguard's account included.
 type Error struct {
-	// Attempts is the number of attempts that reached the network.
+	// Attempts is the number of attempts made (started: an attempt that
+	// failed on the channel before reaching the network counts).
 	Attempts int
 	// Reason is why retrying stopped.
 	Reason StopReason

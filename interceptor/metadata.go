@@ -56,7 +56,7 @@ const (
 	MaxDepth           = 64
 	MaxAttemptIndex    = 100
 	MaxUpstreamRetries = 1000
-	maxValueLen        = 8 // longer values are ignored unparsed
+	maxValueLen        = 8 // longer valid values are the key's maximum, unparsed
 )
 
 // Info is what a tier knows about the request it is serving, parsed from
@@ -261,21 +261,18 @@ func parseCount(v string, limit int) (int, bool) {
 // pushback reads the gRFC A6 pushback trailer (protocol section 4). It
 // returns (delay ms, true) for a single non-negative value, and (-1, true)
 // for "do not retry": a negative value, a malformed one, or more than
-// one, as grpc-go treats them. A value is, after trimming spaces, an
-// optional sign and decimal digits within 64 bits: "+250" is 250, and
-// "-0" is 0, a retry at once, as every gRPC's A6 code reads it. (0,
-// false) means no pushback was sent.
+// one. A value is, after trimming spaces and tabs (nothing else: "250"
+// and a no-break space is malformed), an optional sign and decimal
+// digits within 64 bits: "+250" is 250, "0250" is 250, and "-0" is 0, a
+// retry at once, as every gRPC's A6 code reads it. (0, false) means no
+// pushback was sent.
 func pushback(trailer metadata.MD) (ms int64, ok bool) {
 	vals := trailer[MetadataPushback]
 	switch len(vals) {
 	case 0:
 		return 0, false
 	case 1:
-		v := strings.TrimSpace(vals[0])
-		if len(v) > 19 {
-			return -1, true
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
+		n, err := strconv.ParseInt(strings.Trim(vals[0], " \t"), 10, 64)
 		if err != nil || n < 0 {
 			return -1, true
 		}

@@ -127,7 +127,7 @@ func codeBit(c codes.Code) uint64 {
 
 // retries reports whether code is one of the configured retryable codes.
 // DeadlineExceeded never is: the client decides it per attempt (see
-// call.retryable).
+// classifyKind in outcome.go: only the attempt's own timeout is retried).
 func (c *config) retries(code codes.Code) bool { return c.retryable&codeBit(code) != 0 }
 
 // newConfig applies opts to the defaults.

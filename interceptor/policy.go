@@ -30,7 +30,8 @@ type TierPolicy func(in Info, configured int) int
 
 // DefaultTierPolicy makes one attempt only when a tier above is already
 // retrying this request (UpstreamRetries > 0), and the configured number
-// otherwise: retry less the deeper you go.
+// otherwise: only the tier next to a failure retries it. It does not read
+// the depth (TierPolicyConfig.AttemptsByDepth does).
 func DefaultTierPolicy(in Info, configured int) int {
 	if in.UpstreamRetries > 0 {
 		return 1
