@@ -162,6 +162,21 @@ func (b *Breaker) Name() string { return b.cfg.Name }
 // passed reports Open until the next Allow makes it half-open.
 func (b *Breaker) State() State { return stateOf(b.word.Load()) }
 
+// holding reports whether b holds callers out or probes its target: half
+// open, or open within its interval. A Set never evicts such a breaker
+// (a fresh one would let everyone through); an open breaker whose
+// interval ended, which no one has called since (its target is gone),
+// may be evicted: the next call would probe anyway.
+func (b *Breaker) holding() bool {
+	switch b.State() {
+	case HalfOpen:
+		return true
+	case Open:
+		return b.elapsed() < b.openUntil.Load()
+	}
+	return false
+}
+
 // elapsed returns the nanoseconds since the breaker was created, never
 // negative. On the system clock it reads only the monotonic clock
 // (time.Since), which costs about half of time.Now.

@@ -45,7 +45,7 @@ func NewSet(cfg Config, maxKeys int) (*Set, error) {
 	}
 	s := &Set{cfg: n}
 	s.m.Max = maxKeys
-	s.m.Pinned = func(b *Breaker) bool { return b.State() != Closed }
+	s.m.Pinned = (*Breaker).holding
 	return s, nil
 }
 

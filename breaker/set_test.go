@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stormguard/stormguard/internal/clock"
 )
@@ -256,5 +257,37 @@ func TestSetHotKeySurvivesFlood(t *testing.T) {
 	}
 	if got := s.Get("hot"); got != hot {
 		t.Fatal("after the flood the hot key was evicted")
+	}
+}
+
+// An open breaker whose interval ended long ago, and which no one has
+// called since (its target is gone), may be evicted from a full Set; the
+// live closed breakers keep their windows.
+func TestSetEvictsStaleOpen(t *testing.T) {
+	fc := clock.NewFake(time.Unix(0, 0))
+	s, _ := NewSet(Config{Clock: fc, MinimumCalls: 1}, 2)
+	p, _ := s.Get("gone").Allow()
+	p.Done(Failure)
+	if s.Get("gone").State() != Open {
+		t.Fatal("setup: not open")
+	}
+	fc.Advance(24 * time.Hour)
+	a := s.Get("a")
+	s.Get("a")
+	s.Get("b")
+	s.Get("b")
+	if s.Get("a") != a {
+		t.Error("a live closed breaker was evicted while a stale open one was kept")
+	}
+	// Within its interval an open breaker is never evicted.
+	s2, _ := NewSet(Config{Clock: fc, MinimumCalls: 1}, 2)
+	p, _ = s2.Get("down").Allow()
+	p.Done(Failure)
+	down := s2.Get("down")
+	for _, k := range []string{"x", "y", "z"} {
+		s2.Get(k)
+	}
+	if s2.Get("down") != down {
+		t.Error("an open breaker within its interval was evicted")
 	}
 }

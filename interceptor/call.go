@@ -117,7 +117,17 @@ var cancelledByUs = outcome{kind: outcomeNothing, code: codes.Canceled}
 func (c *call) report(a *attempt, o outcome) { c.reportTo(c.mechanisms(), a, o) }
 
 func (c *call) reportTo(ms []mechanism, a *attempt, o outcome) {
-	for i := len(ms) - 1; i >= 0; i-- {
+	i := len(ms) - 1
+	defer func() {
+		if i >= 0 {
+			// ms[i].done panicked (an observer's, a limiter of the
+			// user's): the others still hear, so that none keeps a slot
+			// for the attempt (a half-open breaker's probe), and then the
+			// panic goes on.
+			c.reportTo(ms[:i], a, o)
+		}
+	}()
+	for ; i >= 0; i-- {
 		ms[i].done(c, a, o)
 	}
 }

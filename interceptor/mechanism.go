@@ -160,8 +160,8 @@ func (g *limiterGuard) allow(_ *call, a *attempt) StopReason {
 }
 
 func (g *limiterGuard) done(_ *call, _ *attempt, o outcome) {
-	if o.kind != outcomeNothing {
-		g.RecordOutcome(!o.kind.failure())
+	if success, ok := o.forLimiter(); ok {
+		g.RecordOutcome(success)
 	}
 }
 

@@ -298,7 +298,11 @@ func WithBudget(cfg budget.Config) Option {
 }
 
 // WithThrottle limits retries with a gRFC A6 token bucket per target (see
-// budget.Throttle) instead of a budget. Client side.
+// budget.Throttle) instead of a budget. As in grpc-go, an attempt that
+// fails with a code the client retries (WithCodes), or that answers "do
+// not retry", takes a token, and an OK gives TokenRatio back; unlike
+// grpc-go, so does an answer with another code (docs/protocol.md 4.3).
+// Client side.
 func WithThrottle(cfg budget.ThrottleConfig) Option {
 	return withLimiters("WithThrottle", func() (budget.Limiter, error) { return budget.NewThrottle(cfg) })
 }

@@ -147,6 +147,22 @@ func (k outcomeKind) failure() bool {
 	return false
 }
 
+// forLimiter is what the retry limiters hear (budget.Limiter's
+// RecordOutcome; ok false: nothing). As gRFC A6's throttle counts them in
+// grpc-go, a failure with a code the client retries and any "do not
+// retry" pushback are failures, and so are the target's overloads,
+// timeouts, hangs and busy refusals; an OK is a success, and so is an
+// answer with another code (grpc-go leaves its tokens alone for those).
+func (o outcome) forLimiter() (success, ok bool) {
+	switch {
+	case o.kind == outcomeNothing:
+		return false, false
+	case o.kind == outcomeSuccess:
+		return true, true
+	}
+	return !(o.kind.failure() || o.retried || o.saysDontRetry()), true
+}
+
 // forBreaker is what the circuit breaker hears. A busy target is alive:
 // ignored. Any "do not retry" answer to a half-open probe is ignored too:
 // the target answers, and counting the failure of its dependency would

@@ -124,8 +124,8 @@ func TestOutcomeTable(t *testing.T) {
 			t.Errorf("%s: a half-open probe's breaker hears %s, want %s", at, got, wantProbe)
 		}
 		budget := "—"
-		if o.kind != outcomeNothing {
-			budget = map[bool]string{true: "failure", false: "success"}[o.kind.failure()]
+		if success, ok := o.forLimiter(); ok {
+			budget = map[bool]string{false: "failure", true: "success"}[success]
 		}
 		if budget != r.budget {
 			t.Errorf("%s: budget hears %s, want %s", at, budget, r.budget)
