@@ -42,7 +42,11 @@
 //     test, a worker pool) sends again the moment it is refused, and its
 //     refusals, counted, drove the ratio to 1. A target's admission
 //     control refusing an attempt (Busy) is a request not accepted here,
-//     and nothing else: busy is not broken.
+//     a loss that three accepts forget, and nothing else: a target that
+//     serves part of what it is sent is sent everything, its own
+//     refusals being cheap and carrying pushback (shedding in proportion
+//     to them made a chain recover later after a slow dependency); busy
+//     is not broken.
 //  2. Retries only into a healthy target. A retry is refused while the
 //     target is down, after 8 overload failures in a row (a dead target at
 //     1000 requests/s reaches that in 8 ms; at 30 % random failures it

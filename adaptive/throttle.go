@@ -43,11 +43,14 @@ const (
 	Ignored
 	// Busy: the target refused the attempt to protect itself (admission
 	// control shed it): it is alive and serving what it can. A busy
-	// answer counts as a request that was not accepted, so that a client
-	// sends a target that refuses most of its requests about K times what
-	// it accepts; it never counts towards a run of failures, and so never
-	// marks the target down, and it ends a down state as an accept does.
-	// Busy is not broken.
+	// answer counts as a request that was not accepted, but as a loss
+	// that three accepts forget (unlike an overload failure, which the
+	// window remembers for DownAfter after it): a target that serves part
+	// of what it is sent and refuses the rest, cheaply and with pushback,
+	// is sent everything, and only one that accepts nothing is shed. It
+	// never counts towards a run of failures, and so never marks the
+	// target down, and it ends a down state as an accept does. Busy is
+	// not broken.
 	Busy
 	// Silence: the caller's deadline ran out before the target answered
 	// the attempt. It is an Overload if the target answered nothing

@@ -878,3 +878,39 @@ func TestAllowTrial(t *testing.T) {
 		t.Error("still down after a trial's probe was accepted")
 	}
 }
+
+// Busy answers shed only while the target accepts nothing: a target
+// whose admission control refuses 90 % of what it is sent, and serves
+// the rest, is sent everything (the accepts show it serving, and its
+// own refusals are cheap and carry pushback), while one that refuses
+// everything is shed as any loss is; neither is ever called down.
+// (Shedding for busy answers in proportion, tried on 2026-12-05, made
+// the chain recover later after a slow dependency: bench/cmd/scenarios
+// slow, success in the first second after 87-94 % against 96-99 %.)
+func TestBusyShedsOnlyWithoutAccepts(t *testing.T) {
+	run := func(acceptShare float64) (sent float64, s Stats) {
+		r := rand.New(rand.NewPCG(1, 2))
+		th, clk := newTest(t, Config{Rand: r.Float64})
+		n := 0
+		for range 20000 {
+			p, err := th.Allow(false)
+			clk.Advance(time.Millisecond)
+			if err != nil {
+				continue
+			}
+			n++
+			if r.Float64() < acceptShare {
+				p.Done(Accept)
+			} else {
+				p.Done(Busy)
+			}
+		}
+		return float64(n) / 20000, th.Stats()
+	}
+	if sent, s := run(0.1); sent < 0.9 || s.Downs != 0 {
+		t.Errorf("10 %% accepted, 90 %% busy: sent %.2f, downs %d; want at least 0.9 and none", sent, s.Downs)
+	}
+	if sent, s := run(0); sent > 0.2 || s.Downs != 0 {
+		t.Errorf("everything busy: sent %.2f, downs %d; want at most 0.2 and none", sent, s.Downs)
+	}
+}

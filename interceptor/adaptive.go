@@ -25,8 +25,9 @@ import (
 // of the attempt's own timeout, and an attempt still unanswered when the
 // caller's deadline expired (a hang). A refusal by the target's admission
 // control (MetadataShed) is busy, not broken (adaptive.Busy): it counts as
-// a request not accepted, so that the client slows down for a target
-// that refuses most of its requests, but never towards calling it down.
+// a request not accepted, which sheds only while the target accepts
+// nothing (its refusals are cheap and carry pushback), and never towards
+// calling it down.
 // A "do not retry" answer comes from a live target whose own dependency
 // failed and counts for nothing, except that it ends the down state when
 // it answers a probe: the target answers, so it was down only because

@@ -21,8 +21,9 @@ import (
 // version 2; version 1 passed it up the chain, and the throttles of
 // healthy tiers above took their neighbours for overloaded). A stormguard
 // client does not count a busy answer against its circuit breaker, and
-// its adaptive throttle slows down for it but never calls the target
-// down (adaptive.Busy); the retry budget counts it as a failure.
+// its adaptive throttle counts it as not accepted (which sheds only
+// while the target accepts nothing) but never calls the target down
+// (adaptive.Busy); the retry budget counts it as a failure.
 const MetadataShed = "x-stormguard-shed"
 
 // shedMarked reports whether trailer carries MetadataShed.
