@@ -182,8 +182,9 @@ type Config struct {
 	// flight: a first attempt is refused (ErrLimit) when MaxInFlight are,
 	// a retry at RetryShare of it. Use it for a server that must never
 	// run more than so many requests at once (a pool of connections to a
-	// database); the overload rule needs no cap. Zero means none. Valid:
-	// >= 0.
+	// database); the overload rule needs no cap. The suspect phase and
+	// the trial (see Limiter) never pass it either. Zero means none.
+	// Valid: 0 to 1 073 741 824.
 	MaxInFlight int
 	// QueueSize is the number of requests that may wait in Wait for a
 	// slot when MaxInFlight is reached (see Limiter.Wait). Zero means no
@@ -212,8 +213,8 @@ func (c *Config) resolve() error {
 		return invalidf("Window %v out of range [%v, %v]", c.Window, MinWindow, MaxWindow)
 	case math.IsNaN(c.RetryShare) || c.RetryShare < 0 || c.RetryShare > 1:
 		return invalidf("RetryShare %v out of range (0, 1]", c.RetryShare)
-	case c.MaxInFlight < 0:
-		return invalidf("MaxInFlight %d is negative", c.MaxInFlight)
+	case c.MaxInFlight < 0 || c.MaxInFlight > 1<<30:
+		return invalidf("MaxInFlight %d: want 0 to %d", c.MaxInFlight, 1<<30)
 	case c.QueueSize > 0 && c.MaxInFlight == 0:
 		return invalidf("QueueSize %d without MaxInFlight: requests queue only at a fixed cap", c.QueueSize)
 	}
@@ -577,15 +578,15 @@ func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Perm
 	case l.overloaded.Load():
 		expected, err := l.overload(c, deadline, l.wall(at))
 		if err != nil {
-			if l.trialDue(at) {
-				return l.trial(at), nil, 0, nil
+			if p, ok := l.trial(at); ok {
+				return p, nil, 0, nil
 			}
 			l.refused.Add(1)
 			return Permit{}, nil, 0, err
 		}
 		return Permit{}, nil, expected, nil
 	case wait && l.suspect.Load():
-		p, w, err := l.suspectEnter(at)
+		p, w, err := l.suspectEnter(c, at)
 		return p, w, 0, err
 	}
 	return Permit{}, nil, 0, nil
@@ -646,13 +647,20 @@ func (l *Limiter) trialDue(at int64) bool {
 	return at-last > every && l.trialAt.CompareAndSwap(last, at)
 }
 
-// trial admits a request at at as a trial (see trialDue), beyond every
-// cap.
-func (l *Limiter) trial(at int64) Permit {
-	l.inflight.Add(1)
+// trial admits a request at at as a trial if one is due (see trialDue),
+// beyond the overload rule and the suspect phase's cap, never beyond
+// Config.MaxInFlight: at the fixed cap, the turn goes back.
+func (l *Limiter) trial(at int64) (Permit, bool) {
+	if !l.trialDue(at) {
+		return Permit{}, false
+	}
+	if !l.takeUnder(l.capAll) {
+		l.trialAt.CompareAndSwap(at, 0)
+		return Permit{}, false
+	}
 	p := l.permit(at, 0)
 	p.trial = true
-	return p
+	return p, true
 }
 
 // trialServed ends the overload or the suspect phase: a request let in

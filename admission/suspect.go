@@ -248,7 +248,8 @@ func (l *Limiter) hangAfter(mean int64) int64 {
 // overloaded: the arrivals it waited behind were an overload.
 var errSuspectRefused = ErrOverload
 
-// releaseSuspect ends every wait: admitted, or to be decided again.
+// releaseSuspect ends every wait: admitted (under Config.MaxInFlight,
+// if set), or to be decided again.
 func (l *Limiter) releaseSuspect(admit bool) {
 	l.sq.mu.Lock()
 	ws := l.sq.waiters
@@ -257,8 +258,7 @@ func (l *Limiter) releaseSuspect(admit bool) {
 		if w.gone {
 			continue
 		}
-		if admit {
-			l.inflight.Add(1)
+		if admit && l.takeUnder(l.capAll) {
 			l.fromQueue.Add(1)
 			w.admitted = true
 		}
@@ -280,7 +280,7 @@ func (l *Limiter) dispatchSuspect() {
 			continue
 		}
 		cur := l.inflight.Load()
-		if cur >= l.suspectCap.Load() || !l.inflight.CompareAndSwap(cur, cur+1) {
+		if cur >= l.suspectLimit(ClassFirst) || !l.inflight.CompareAndSwap(cur, cur+1) {
 			return
 		}
 		l.sq.waiters = l.sq.waiters[:n-1]
@@ -290,18 +290,46 @@ func (l *Limiter) dispatchSuspect() {
 	}
 }
 
-// suspectEnter admits a request that arrived at at while the server is
-// suspect, at once under the cap (p), or returns the waiter it is to
-// wait as (w; see await); neither when the server is no longer suspect.
-func (l *Limiter) suspectEnter(at int64) (Permit, *suspectWaiter, error) {
+// suspectLimit is the concurrency a suspect server admits a request of
+// class c under: the suspect phase's cap, and Config.MaxInFlight's for
+// the class if lower (waiters, whose class is not kept, count as first
+// attempts).
+func (l *Limiter) suspectLimit(c Class) int64 {
 	limit := l.suspectCap.Load()
+	if fixed := l.capOf(c); fixed > 0 {
+		limit = min(limit, fixed)
+	}
+	return limit
+}
+
+// takeUnder takes a slot if fewer than limit are in flight (limit 0: no
+// limit), and reports whether it did.
+func (l *Limiter) takeUnder(limit int64) bool {
+	if limit <= 0 {
+		l.inflight.Add(1)
+		return true
+	}
+	for cur := l.inflight.Load(); cur < limit; cur = l.inflight.Load() {
+		if l.inflight.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
+	return false
+}
+
+// suspectEnter admits a request of class c that arrived at at while the
+// server is suspect, at once under the cap (p), or returns the waiter it
+// is to wait as (w; see await); neither when the server is no longer
+// suspect.
+func (l *Limiter) suspectEnter(c Class, at int64) (Permit, *suspectWaiter, error) {
+	limit := l.suspectLimit(c)
 	for cur := l.inflight.Load(); cur < limit; cur = l.inflight.Load() {
 		if l.inflight.CompareAndSwap(cur, cur+1) {
 			return l.permit(at, 0), nil, nil
 		}
 	}
-	if l.trialDue(at) {
-		return l.trial(at), nil, nil
+	if p, ok := l.trial(at); ok {
+		return p, nil, nil
 	}
 	w := &suspectWaiter{ready: make(chan struct{})}
 	l.sq.mu.Lock()
@@ -375,7 +403,8 @@ func (l *Limiter) admitBefore(w *suspectWaiter, c Class, deadline time.Time) (st
 	return l.afterFunc(room, func() { l.admitWaiter(w, c, left-room) })
 }
 
-// admitWaiter gives w a slot beyond the cap if the server serves a
+// admitWaiter gives w a slot beyond the suspect phase's cap (never beyond
+// Config.MaxInFlight) if the server serves a
 // request of class c in time now (see admitBefore) and served one
 // lately, unless its wait has ended.
 func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
@@ -394,8 +423,10 @@ func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 	if w.closed || w.gone {
 		return
 	}
+	if !l.takeUnder(l.capOf(c)) {
+		return // Config.MaxInFlight is never passed
+	}
 	w.gone = true // out of the stack: dispatch and release skip it
-	l.inflight.Add(1)
 	l.fromQueue.Add(1)
 	w.admitted, w.closed = true, true
 	close(w.ready)
