@@ -59,7 +59,7 @@ type Config struct {
 	// spends a whole one. After a down on a run of failures behind a
 	// ready connection (maybe a false alarm) the first probes need less:
 	// one request's credit, then twice as much each time up to a whole
-	// one. Zero means DefaultProbeRatio (0.05).
+	// one. Zero means DefaultProbeRatio (0.05). Valid: 1e-6 to 1.
 	ProbeRatio float64
 
 	// ProbeInterval is the mean gap between probes of a down target at
@@ -137,8 +137,10 @@ func (c Config) normalize() (Config, error) {
 		return bad("Window %v: want %v to %v", c.Window, MinWindow, MaxWindow)
 	case c.DownAfter < 0 || c.DownAfter > c.Window:
 		return bad("DownAfter %v: want positive, up to Window (%v)", c.DownAfter, c.Window)
-	case !(c.ProbeRatio > 0 && c.ProbeRatio <= 1):
-		return bad("ProbeRatio %v: want (0, 1]", c.ProbeRatio)
+	case !(c.ProbeRatio >= 1e-6 && c.ProbeRatio <= 1):
+		// Far below 1e-6, adding it to the credit changes nothing, and a
+		// down target would never be probed.
+		return bad("ProbeRatio %v: want 1e-6 to 1", c.ProbeRatio)
 	case c.ProbeInterval < 0 || c.ProbeInterval > c.Window:
 		return bad("ProbeInterval %v: want positive, up to Window (%v)", c.ProbeInterval, c.Window)
 	case c.Hold > c.Window:

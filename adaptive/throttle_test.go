@@ -48,6 +48,7 @@ func TestNewInvalid(t *testing.T) {
 		{Window: 50 * ms}, {Window: 2 * time.Minute},
 		{DownAfter: -1}, {DownAfter: 2 * time.Second},
 		{ProbeRatio: -0.1}, {ProbeRatio: 1.5}, {ProbeRatio: math.NaN()},
+		{ProbeRatio: 1e-17}, // a credit that never grows: never a probe
 		{ProbeInterval: -1}, {ProbeInterval: 2 * time.Second},
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
