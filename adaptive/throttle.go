@@ -614,8 +614,9 @@ var closedChan = func() chan struct{} {
 }()
 
 // Back returns a channel that is closed when the target answers again
-// after it was down (at once if it was not): a probe or a straggler
-// accepted, or answered busy. A caller refused with ErrDown may wait on
+// after it was down (at once if it was not, and no Revive since left
+// callers waiting for that answer: they share their channel): a probe or
+// a straggler accepted, or answered busy. A caller refused with ErrDown may wait on
 // it, up to Config.Hold (Hold), and try again: see Config.Hold. Revive,
 // and a connection ready again, end the down state but do not close it:
 // a health trial makes every client's channel ready at once, and the
