@@ -201,7 +201,10 @@ type Config struct {
 	QueueTarget time.Duration
 	// Clock is the time source. Nil means the system clock. The queue's
 	// timeouts and the probes' holds use the clock's AfterFunc when it
-	// has one (see Timers), time.AfterFunc otherwise.
+	// has one (see Timers), time.AfterFunc otherwise. It must not step
+	// back: after a reading earlier than one before (a wall clock
+	// corrected), no window closes, and no overload or suspect phase
+	// ends, until the clock has caught up. The system clock never does.
 	Clock Clock
 }
 
