@@ -54,7 +54,7 @@ type Config struct {
 	// to Window.
 	DownAfter time.Duration
 
-	// ProbeRatio is the share of requests, in (0, 1], that may probe a
+	// ProbeRatio is the share of requests, 1e-6 to 1, that may probe a
 	// down target: every request adds ProbeRatio to a credit, and a probe
 	// spends a whole one. After a down on a run of failures behind a
 	// ready connection (maybe a false alarm) the first probes need less:

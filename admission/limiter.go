@@ -183,7 +183,9 @@ type Config struct {
 	// a retry at RetryShare of it. Use it for a server that must never
 	// run more than so many requests at once (a pool of connections to a
 	// database); the overload rule needs no cap. The suspect phase and
-	// the trial (see Limiter) never pass it either. Zero means none.
+	// the trial (see Permit.Trial) never pass it either (a retry that
+	// waited in the suspect phase may go in up to all of it, not only its
+	// share). Zero means none.
 	// Valid: 0 to 1 073 741 824.
 	MaxInFlight int
 	// QueueSize is the number of requests that may wait in Wait for a

@@ -14,11 +14,13 @@ import (
 //
 // A Set holds at most maxKeys breakers. When it is full, Get for a new key
 // evicts one breaker, chosen by a clock hand that sweeps the breakers in
-// insertion order: it skips breakers that are not closed, and gives closed
-// breakers used since its last pass (or, for a new one, since the Get that
-// created it) a second chance. So the victim is a closed breaker that has
-// not been used recently, if there is any closed breaker at all; only when every breaker is open or half-open is one of
-// them evicted (the one under the hand, roughly the oldest). An evicted
+// insertion order: it skips breakers that hold callers out or probe
+// (half open, or open within their interval), and gives the others used
+// since its last pass (or, for a new one, since the Get that created it)
+// a second chance. So the victim is a closed breaker, or an open one whose
+// interval ended and that no one has called since (its target went away),
+// not used recently, if there is any; only when every breaker holds is
+// one of them evicted (the one under the hand, roughly the oldest). An evicted
 // breaker keeps working for whoever holds it, but the Set forgets it: the
 // next Get for its key creates a fresh, closed breaker.
 type Set struct {

@@ -23,7 +23,8 @@ import (
 // client does not count a busy answer against its circuit breaker, and
 // its adaptive throttle counts it as not accepted (which sheds only
 // while the target accepts nothing) but never calls the target down
-// (adaptive.Busy); the retry budget counts it as a failure.
+// (adaptive.Busy); the retry limiters hear it as a failure (WithThrottle's
+// bucket takes a token; the budget ignores outcomes).
 const MetadataShed = "x-stormguard-shed"
 
 // shedMarked reports whether trailer carries MetadataShed.

@@ -89,8 +89,9 @@ type HealthSetter interface {
 //
 // Services are the health service names whose status WithHealth sets;
 // "" (the whole server, what HealthServiceConfig watches) is always one
-// of them. WithHealth owns their status: to drain the server, call the
-// health server's Shutdown, which ignores later updates.
+// of them. WithHealth owns their status from New on (New sets each to
+// the tracker's state, SERVING for a new one): to drain the server, call
+// the health server's Shutdown, which ignores later updates.
 //
 // h is usually the *health.Server registered on the same grpc.Server:
 //

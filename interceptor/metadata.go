@@ -94,8 +94,8 @@ type Info struct {
 type serverState struct {
 	gaveUp atomic.Bool
 	// The Info is parsed on first use (Info): a leaf tier that calls no
-	// one, has no observer and is not overloaded never reads the five
-	// keys, each of which grpc-go looks up by a walk over all the
+	// one, has no observer and is not overloaded never reads the
+	// protocol's keys, each of which grpc-go looks up by a walk over all the
 	// request's headers when it is absent. (parsed sits next to gaveUp,
 	// in one word.)
 	parsed atomic.Bool

@@ -59,6 +59,9 @@ func (s *retryStream) sendFailed(a *streamAttempt, err error) error {
 		if a.mustReport {
 			s.abandoned(a)
 		}
+		if a.unwatch != nil {
+			a.unwatch() // the caller's context may outlive the stream
+		}
 	}
 	return err
 }

@@ -13,8 +13,8 @@ import (
 // Map holds at most Max values. Get for a key present takes no lock.
 // When the Map is full, Get for a new key evicts one value, chosen by a
 // clock hand that sweeps the values in insertion order: it skips values
-// that Pinned reports (a breaker that is open, a target that is down:
-// state worth keeping), and gives values used since its last pass (or,
+// that Pinned reports (a breaker that holds callers out, a target that is
+// down: state worth keeping), and gives values used since its last pass (or,
 // for a new one, since the Get that created it) a second chance. So the
 // victim is a value not pinned and not used recently, if there is any
 // value not pinned; when every value is pinned, the one under the hand.
