@@ -137,8 +137,15 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 			p, err = t.Allow(retry)
 		}
 	}
-	if errors.Is(err, adaptive.ErrDown) && !retry && c.holdDown(t) {
-		p, err = t.Allow(false)
+	if errors.Is(err, adaptive.ErrDown) && !retry {
+		switch {
+		case c.holdDown(t):
+			p, err = t.Allow(false)
+		case c.servesTrial() && c.ctx.Err() == nil:
+			// A trial refused for the probe interval alone: the interval
+			// has likely passed during the hold.
+			p, err = t.AllowTrial()
+		}
 	}
 	if err != nil {
 		if c.cfg.observer != nil {

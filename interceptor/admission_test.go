@@ -782,3 +782,39 @@ func TestStreamStartGivesTrialBack(t *testing.T) {
 		t.Error("still overloaded after the trial was served at once")
 	}
 }
+
+// A trial refused only because the probe interval has not passed yet is
+// held like any first attempt, and then asks again as a trial: the
+// interval has passed meanwhile, and it goes out as the probe instead of
+// failing.
+func TestTrialAsksAgainAfterHold(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set, err := adaptive.NewSet(adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }}, 0) // the default hold
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := newCC(t)
+	th := set.Get(normalizeTarget(cc.Target()))
+	markDown(t, th, clk)
+	// A probe now, so that the next one must wait the interval.
+	if p, err := th.AllowTrial(); err != nil {
+		t.Fatal(err)
+	} else {
+		p.Done(adaptive.Overload)
+	}
+	held := 0
+	i := mustNew(t, WithAdaptive(set), withHold(func(context.Context, time.Duration, <-chan struct{}) error {
+		held++
+		clk.Advance(time.Second) // the hold ends without the target back
+		return nil
+	}))
+	dep := &fakeInvoker{results: []error{nil}}
+	ctx := metadata.NewIncomingContext(ctxTimeout(t, time.Minute), metadata.Pairs(MetadataDepth, "1", MetadataTrial, "1"))
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc/Tier"}
+	_, err = i.UnaryServer()(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+		return nil, i.UnaryClient()(ctx, "/svc/M", nil, nil, cc, dep.invoke)
+	})
+	if held != 1 || err != nil || len(dep.seen) != 1 || th.Down() {
+		t.Fatalf("trial within the probe interval: held %d, err %v, attempts %d, down %v; want held once, then the probe answered", held, err, len(dep.seen), th.Down())
+	}
+}
