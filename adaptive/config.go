@@ -92,12 +92,11 @@ type Config struct {
 	// key.
 	Name string
 
-	// Clock is the time source. It must be safe for concurrent use, and
-	// must not step back: after a reading earlier than one before (a
-	// wall clock corrected, as time.Now().UTC() can be, having dropped
-	// the monotonic reading), a down target gets no probe, and a target
-	// that fails is not called down, until the clock has caught up. Nil
-	// means the system clock, which never does.
+	// Clock is the time source. It must be safe for concurrent use. A
+	// step back (a wall clock corrected, as time.Now().UTC() can be,
+	// having dropped the monotonic reading) is not taken back: the time
+	// after it adds from where the throttle was. Nil means the system
+	// clock.
 	Clock interface{ Now() time.Time }
 
 	// Rand returns a number in [0, 1) for the shedding draw and the probe

@@ -134,11 +134,9 @@ type bucket struct {
 // for the three rules it applies. Nothing happens in the background: no
 // goroutines, no timers.
 type Throttle struct {
-	cfg   Config // normalized
-	clk   interface{ Now() time.Time }
-	mono  bool
-	start time.Time
-	width int64 // nanoseconds per bucket
+	cfg   Config       // normalized
+	since *clock.Since // the time since the throttle was made, never going back
+	width int64        // nanoseconds per bucket
 	rand  func() float64
 
 	// word is gen<<1 | 1 while Allow may pass every attempt without a
@@ -208,15 +206,15 @@ func New(cfg Config) (*Throttle, error) {
 }
 
 func newThrottle(cfg Config) *Throttle {
-	t := &Throttle{cfg: cfg, clk: cfg.Clock, rand: cfg.Rand, width: int64(cfg.Window / numBuckets)}
-	if t.clk == nil {
-		t.clk = clock.Real{}
+	t := &Throttle{cfg: cfg, rand: cfg.Rand, width: int64(cfg.Window / numBuckets)}
+	var clk clock.Clock = clock.Real{}
+	if cfg.Clock != nil {
+		clk = cfg.Clock
 	}
+	t.since = clock.NewSince(clk)
 	if t.rand == nil {
 		t.rand = rand.Float64
 	}
-	_, t.mono = t.clk.(clock.Real)
-	t.start = t.clk.Now()
 	t.word.Store(1)
 	return t
 }
@@ -241,13 +239,8 @@ func (t *Throttle) publish(el int64) {
 func (t *Throttle) Name() string { return t.cfg.Name }
 
 // elapsed returns the nanoseconds since the throttle was created, never
-// negative.
-func (t *Throttle) elapsed() int64 {
-	if t.mono {
-		return max(int64(time.Since(t.start)), 0)
-	}
-	return max(int64(t.clk.Now().Sub(t.start)), 0)
-}
+// less than before (see clock.Since).
+func (t *Throttle) elapsed() int64 { return int64(t.since.Elapsed()) }
 
 // draw returns a number from the random source, clamped to [0, 1).
 func (t *Throttle) draw() float64 {

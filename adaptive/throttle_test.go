@@ -915,3 +915,50 @@ func TestBusyShedsOnlyWithoutAccepts(t *testing.T) {
 		t.Errorf("everything busy: sent %.2f, downs %d; want at most 0.2 and none", sent, s.Downs)
 	}
 }
+
+// A Clock that steps back (a wall clock corrected; Config allows any
+// Clock) while the target is down: probes go on (before, nextProbe lay an
+// hour ahead, and nothing was probed until the clock caught up).
+func TestClockBackWhileDownStillProbes(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	for !th.Down() {
+		clk.Advance(10 * time.Millisecond)
+		attempt(th, false, Overload)
+	}
+	clk.Advance(-time.Hour)
+	probes := 0
+	for range 2000 { // 20 s of requests at 100/s
+		clk.Advance(10 * time.Millisecond)
+		if p, err := th.AllowTrial(); err == nil {
+			probes++
+			p.Done(Overload)
+		}
+		if p, err := th.Allow(false); err == nil {
+			probes++
+			p.Done(Overload)
+		}
+	}
+	if probes == 0 {
+		t.Errorf("no probe in 20 s of requests after the clock stepped back 1 h: stuck down; stats %+v", th.Stats())
+	}
+}
+
+// The same clock step while the target is up: a target that then fails
+// everything is called down (before, the last accept lay in the future
+// for the hour, and it was not).
+func TestClockBackWhileUpStillCallsDown(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for range 20 {
+		attempt(th, false, Accept)
+		clk.Advance(ms)
+	}
+	clk.Advance(-time.Hour)
+	for range 1000 { // 10 s of failures at 100/s
+		clk.Advance(10 * time.Millisecond)
+		attempt(th, false, Overload)
+	}
+	if !th.Down() {
+		t.Errorf("a target failing everything for 10 s was not marked down after a clock step back; stats %+v", th.Stats())
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
 )
 
 // The regressions of the review of 2026-12-05, each failing on the code
@@ -80,5 +82,43 @@ func TestHugeMaxInFlight(t *testing.T) {
 	p1.Release(Ignored)
 	if err1 != nil || err2 != nil {
 		t.Errorf("second retry refused (%v, %v): capRetry = %d", err1, err2, l.capRetry)
+	}
+}
+
+// A Clock that goes back does not freeze the windows until it has caught
+// up (before, no window ended, and an overload could not end, for the
+// length of the step).
+func TestClockBackKeepsWindowsRolling(t *testing.T) {
+	for _, back := range []time.Duration{0, time.Minute} {
+		clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		l, err := New(Config{Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve := func(n int) {
+			for range n {
+				p, _ := l.Acquire(ClassFirst, time.Time{})
+				clk.Advance(time.Millisecond)
+				p.Release(Measured)
+			}
+		}
+		serve(1000) // a calm closed loop of one caller
+		l.mu.Lock()
+		l.overloaded.Store(true) // an overload in progress
+		l.mu.Unlock()
+		clk.Advance(-back)
+		l.mu.Lock()
+		before := l.histN
+		l.mu.Unlock()
+		serve(5000) // five seconds of calm traffic
+		l.mu.Lock()
+		rolled := l.histN - before
+		l.mu.Unlock()
+		if rolled < 10 {
+			t.Errorf("clock back %v: %d windows rolled in 5 s", back, rolled)
+		}
+		if l.Overloaded() {
+			t.Errorf("clock back %v: still overloaded after 5 s of calm traffic", back)
+		}
 	}
 }

@@ -203,10 +203,9 @@ type Config struct {
 	QueueTarget time.Duration
 	// Clock is the time source. Nil means the system clock. The queue's
 	// timeouts and the probes' holds use the clock's AfterFunc when it
-	// has one (see Timers), time.AfterFunc otherwise. It must not step
-	// back: after a reading earlier than one before (a wall clock
-	// corrected), no window closes, and no overload or suspect phase
-	// ends, until the clock has caught up. The system clock never does.
+	// has one (see Timers), time.AfterFunc otherwise. A step back (a wall
+	// clock corrected) is not taken back: the time after it adds from
+	// where the limiter was.
 	Clock Clock
 }
 
@@ -296,7 +295,7 @@ func (c *Config) resolve() error {
 // with New.
 type Limiter struct {
 	clk      Clock
-	sys      bool // clk is the system clock: use time.Since
+	since    *clock.Since // the time since origin, never going back
 	origin   time.Time
 	cfg      Config
 	capAll   int64 // MaxInFlight
@@ -441,8 +440,8 @@ func New(cfg Config) (*Limiter, error) {
 	l.capRetry = l.classCap(ClassRetry)
 	l.capMid = l.classCap(ClassUpstreamRetrying)
 	l.capHedge = l.classCap(ClassHedge)
-	_, l.sys = l.clk.(clock.Real)
-	l.origin = l.clk.Now()
+	l.since = clock.NewSince(l.clk)
+	l.origin = l.since.Start()
 	l.winEnd.Store(int64(cfg.Window))
 	l.judging.Store(&judgement{}) // from the start, until the first overload starts one
 	l.cold.on.Store(true)
@@ -453,14 +452,10 @@ func New(cfg Config) (*Limiter, error) {
 // Config returns the configuration with defaults filled in.
 func (l *Limiter) Config() Config { return l.cfg }
 
-// now returns the time since origin in nanoseconds: on the system clock
-// its monotonic reading only, which costs half of time.Now.
-func (l *Limiter) now() int64 {
-	if l.sys {
-		return int64(time.Since(l.origin))
-	}
-	return int64(l.clk.Now().Sub(l.origin))
-}
+// now returns the time since origin in nanoseconds, never less than
+// before (see clock.Since): on the system clock its monotonic reading
+// only, which costs half of time.Now.
+func (l *Limiter) now() int64 { return int64(l.since.Elapsed()) }
 
 // wall returns the time at at (nanoseconds since origin), to compare
 // with a caller's deadline.

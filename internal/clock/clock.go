@@ -51,3 +51,47 @@ func (f *Fake) Set(t time.Time) {
 	f.now = t
 	f.mu.Unlock()
 }
+
+// Since measures the time since it was made on a Clock, never going
+// back. On the system clock the monotonic reading sees to that, and it
+// takes no lock. On any other Clock, a reading earlier than the one
+// before (a wall clock corrected, as time.Now().UTC() can be, having no
+// monotonic reading) adds nothing, and the readings after it add from
+// there: windows and probe times measured on it go on instead of
+// standing still until the clock has caught up.
+type Since struct {
+	clk   Clock
+	start time.Time
+	sys   bool
+
+	mu   sync.Mutex
+	last time.Duration // the reading before, from start
+	el   time.Duration // the time measured
+}
+
+// NewSince starts measuring on c (nil: the system clock).
+func NewSince(c Clock) *Since {
+	if c == nil {
+		c = Real{}
+	}
+	_, sys := c.(Real)
+	return &Since{clk: c, start: c.Now(), sys: sys}
+}
+
+// Start returns the reading the measure started from.
+func (s *Since) Start() time.Time { return s.start }
+
+// Elapsed returns the time since the start, never less than before.
+func (s *Since) Elapsed() time.Duration {
+	if s.sys {
+		return max(time.Since(s.start), 0)
+	}
+	raw := s.clk.Now().Sub(s.start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := raw - s.last; d > 0 {
+		s.el += d
+	}
+	s.last = raw
+	return s.el
+}

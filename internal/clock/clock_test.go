@@ -45,3 +45,25 @@ func TestRealIsSystemMonotonic(t *testing.T) {
 		t.Fatalf("monotonic order broken: %v, %v, %v", before, got, after)
 	}
 }
+
+// Since goes on after a step back, from where it was, and never goes
+// back itself.
+func TestSinceSurvivesAStepBack(t *testing.T) {
+	f := NewFake(time.Unix(1000, 0))
+	s := NewSince(f)
+	f.Advance(2 * time.Second)
+	if got := s.Elapsed(); got != 2*time.Second {
+		t.Fatalf("Elapsed %v, want 2s", got)
+	}
+	f.Advance(-time.Hour)
+	if got := s.Elapsed(); got != 2*time.Second {
+		t.Fatalf("after a step back of 1h: %v, want still 2s", got)
+	}
+	f.Advance(time.Second)
+	if got := s.Elapsed(); got != 3*time.Second {
+		t.Fatalf("a second after the step back: %v, want 3s", got)
+	}
+	if r := NewSince(nil); r.Elapsed() < 0 || !r.sys {
+		t.Error("NewSince(nil) is not the system clock")
+	}
+}
