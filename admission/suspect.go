@@ -220,9 +220,12 @@ func (l *Limiter) whileSuspect(win window) {
 	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}
-	l.suspect.Store(false)
 	l.mdl.reset(l.winStart)
+	// Overloaded first: a request that arrives between the two stores
+	// meets the overload rule, not no rule at all (gate reads
+	// overloaded first).
 	l.overloaded.Store(true)
+	l.suspect.Store(false)
 	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
 	l.following = false
 	l.startJudging()
