@@ -282,8 +282,7 @@ func (l *Limiter) dispatchSuspect() {
 			l.sq.waiters = l.sq.waiters[:n-1]
 			continue
 		}
-		cur := l.inflight.Load()
-		if cur >= l.suspectLimit(ClassFirst) || !l.inflight.CompareAndSwap(cur, cur+1) {
+		if !l.takeUnder(l.suspectLimit(ClassFirst)) {
 			return
 		}
 		l.sq.waiters = l.sq.waiters[:n-1]
@@ -326,10 +325,8 @@ func (l *Limiter) takeUnder(limit int64) bool {
 // suspect.
 func (l *Limiter) suspectEnter(c Class, at int64) (Permit, *suspectWaiter, error) {
 	limit := l.suspectLimit(c)
-	for cur := l.inflight.Load(); cur < limit; cur = l.inflight.Load() {
-		if l.inflight.CompareAndSwap(cur, cur+1) {
-			return l.permit(at, 0), nil, nil
-		}
+	if l.takeUnder(limit) {
+		return l.permit(at, 0), nil, nil
 	}
 	if p, ok := l.trial(at); ok {
 		return p, nil, nil

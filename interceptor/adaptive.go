@@ -120,32 +120,28 @@ func (g *throttleGuard) throttle() *adaptive.Throttle { return (*adaptive.Thrott
 func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	t := g.throttle()
 	retry := a.n > 0
-	var p adaptive.Permit
-	var err error
-	if !retry && c.servesTrial() {
-		// The request this call serves is a trial, of this tier's
-		// admission control or of one above: it probes a down target
-		// without the probe credit, which a tier that sees only trials
-		// gathers too slowly (see adaptive.Throttle.AllowTrial).
-		p, err = t.AllowTrial()
-	} else {
-		p, err = t.Allow(retry)
+	// The first attempt of a call for a trial, of this tier's admission
+	// control or of one above, probes a down target without the probe
+	// credit, which a tier that sees only trials gathers too slowly (see
+	// adaptive.Throttle.AllowTrial).
+	trial := !retry && c.servesTrial()
+	ask := func() (adaptive.Permit, error) {
+		if trial {
+			return t.AllowTrial()
+		}
+		return t.Allow(retry)
 	}
+	p, err := ask()
 	if errors.Is(err, adaptive.ErrDown) && c.conn != nil {
 		reportConn(t, c.conn)
 		if !t.Down() {
-			p, err = t.Allow(retry)
+			p, err = ask()
 		}
 	}
-	if errors.Is(err, adaptive.ErrDown) && !retry {
-		switch {
-		case c.holdDown(t):
-			p, err = t.Allow(false)
-		case c.servesTrial() && c.ctx.Err() == nil:
-			// A trial refused for the probe interval alone: the interval
-			// has likely passed during the hold.
-			p, err = t.AllowTrial()
-		}
+	// Held: the target may be back; a trial refused for the probe
+	// interval alone asks again anyway (the interval has likely passed).
+	if errors.Is(err, adaptive.ErrDown) && !retry && (c.holdDown(t) || trial && c.ctx.Err() == nil) {
+		p, err = ask()
 	}
 	if err != nil {
 		if c.cfg.observer != nil {

@@ -322,7 +322,7 @@ func (c *call) next(err error, o outcome) (time.Duration, error) {
 	if r := c.mayRetry(o); r != 0 {
 		return -1, c.stop(r)
 	}
-	wait := max(c.wait(o), 0) // a negative wait would read as "the call is over"
+	wait := c.wait(o)
 	if dl, ok := c.ctx.Deadline(); ok && !roomForRetry(time.Until(dl), wait) {
 		return -1, c.stop(StopDeadline)
 	}

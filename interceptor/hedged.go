@@ -134,39 +134,39 @@ func splitOptions(opts []grpc.CallOption) ([]grpc.CallOption, userOptions) {
 	var u userOptions
 	rest := make([]grpc.CallOption, 0, len(opts)+3)
 	for _, o := range opts {
-		// Both the values and pointers to them: grpc-go reads either
-		// (an interceptor further out may pass its own as pointers, as
-		// this package does).
-		switch o := o.(type) {
+		switch o := optionValue(o).(type) {
 		case grpc.HeaderCallOption:
-			u.header = append(u.header, o.HeaderAddr)
-		case *grpc.HeaderCallOption:
-			if o == nil {
-				rest = append(rest, o)
-				continue
-			}
 			u.header = append(u.header, o.HeaderAddr)
 		case grpc.TrailerCallOption:
 			u.trailer = append(u.trailer, o.TrailerAddr)
-		case *grpc.TrailerCallOption:
-			if o == nil {
-				rest = append(rest, o)
-				continue
-			}
-			u.trailer = append(u.trailer, o.TrailerAddr)
 		case grpc.PeerCallOption:
-			u.peer = append(u.peer, o.PeerAddr)
-		case *grpc.PeerCallOption:
-			if o == nil {
-				rest = append(rest, o)
-				continue
-			}
 			u.peer = append(u.peer, o.PeerAddr)
 		default:
 			rest = append(rest, o)
 		}
 	}
 	return rest, u
+}
+
+// optionValue returns the header, trailer or peer option that o points
+// to, or o: grpc-go reads either (an interceptor further out may pass
+// its own as pointers, as this package does).
+func optionValue(o grpc.CallOption) grpc.CallOption {
+	switch p := o.(type) {
+	case *grpc.HeaderCallOption:
+		if p != nil {
+			return *p
+		}
+	case *grpc.TrailerCallOption:
+		if p != nil {
+			return *p
+		}
+	case *grpc.PeerCallOption:
+		if p != nil {
+			return *p
+		}
+	}
+	return o
 }
 
 // run runs the call with hedges: the lead attempts, with the wait

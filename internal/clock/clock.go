@@ -1,6 +1,7 @@
-// Package clock is the time source of budget and breaker: a one-method
-// interface with a real and a fake implementation, so that windows and
-// timers can be tested exactly.
+// Package clock is the time source of the mechanism packages: a
+// one-method interface with a real and a fake implementation, so that
+// windows and timers can be tested exactly, and Since, a measure of
+// time that never goes back.
 package clock
 
 import (
