@@ -21,9 +21,9 @@ import (
 // hedge, with a timer for the hedge delay (none while the rules say no
 // hedge: see rules). An answer before the delay stops the timer, and the
 // call goes on as any other: a call that sends no hedge costs a
-// cancellable context and a timer more. When the timer
-// fires first, its goroutine becomes the call's coordinator until the
-// call has its answer: it sends the hedges (each on a goroutine of its
+// cancellable context more (the timer comes from a pool, see
+// leadTimer). When the timer fires first, its goroutine becomes the
+// call's coordinator until the call has its answer: it sends the hedges (each on a goroutine of its
 // own), hears every attempt end (the lead's too, handed over by the
 // caller's goroutine, which then waits for the coordinator's verdict),
 // and alone asks and tells the mechanisms, so that they never hear of
@@ -243,7 +243,7 @@ func (h *hedgeCall) startLead() {
 	h.leadOpts = append(append(h.optsBuf[:0], h.userOpts...), &t.hopt, &t.topt)
 	if hedgeable {
 		h.waited = delay
-		h.timer = c.cfg.afterFunc(delay, func() { h.coordinate(gen) })
+		h.timer = h.startTimer(delay, gen)
 	}
 }
 
@@ -273,8 +273,18 @@ func (h *hedgeCall) endLead() bool {
 	h.mu.Unlock()
 	if alone && h.timer != nil {
 		h.timer.Stop()
+		h.timer = nil // a leadTimer may be another call's after Stop
 	}
 	return alone
+}
+
+// startTimer starts the wait of lead gen for its first hedge: on the
+// real clock from a pool (see leadTimer), else with the test's clock.
+func (h *hedgeCall) startTimer(d time.Duration, gen uint64) stopper {
+	if f := h.c.cfg.afterFunc; f != nil {
+		return f(d, func() { h.coordinate(gen) })
+	}
+	return startLeadTimer(d, h, gen)
 }
 
 // hedgeDue reports whether the call may send a hedge later.
@@ -604,7 +614,7 @@ func (h *hedgeCall) startTick(d time.Duration) {
 	h.waited = d
 	tick := make(chan struct{}, 1)
 	h.tick = tick
-	h.tickStop = h.c.cfg.afterFunc(d, func() { tick <- struct{}{} })
+	h.tickStop = h.c.cfg.after(d, func() { tick <- struct{}{} })
 }
 
 // stopTick ends the wait for the next hedge: none ticks after it (a nil

@@ -68,3 +68,41 @@ func TestHedgeStress(t *testing.T) {
 		t.Errorf("attempts started %d, ended %d, hedges sent %d: want as many ended, some hedges", s, e, rec.count(EventHedgeSent))
 	}
 }
+
+// With real timers, a lead that answers before its hedge delay gives its
+// timer back (leadTimer), and the calls after it take it again: every
+// lead that does not answer must still get its hedge, from a timer that
+// served other calls before, and no call a hedge of another's. Leads
+// of every third call wait until cancelled; the others answer at once.
+func TestHedgeLeadTimerReused(t *testing.T) {
+	rec := &recorder{}
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithObserver(rec), noWait)
+	cc := newCC(t)
+	const calls = 300
+	for n := range calls {
+		slow := n%3 == 2
+		invoke := func(ctx context.Context, _ string, _, reply any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+			md, _ := metadata.FromOutgoingContext(ctx)
+			hedge := len(md.Get(MetadataAttempt)) > 0
+			if slow && !hedge {
+				<-ctx.Done() // the winning hedge cancels it
+				return ctx.Err()
+			}
+			reply.(*testsvcv1.UnaryResponse).ServedBy = map[bool]string{false: "lead", true: "hedge"}[hedge]
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var reply testsvcv1.UnaryResponse
+		err := i.UnaryClient()(ctx, "/svc/Get", &testsvcv1.UnaryRequest{}, &reply, cc, invoke)
+		cancel()
+		if err != nil || (slow && reply.ServedBy != "hedge") {
+			t.Fatalf("call %d (slow lead %v): %q, %v; want an answer, a slow lead's from its hedge", n, slow, reply.ServedBy, err)
+		}
+	}
+	if s, e := rec.count(EventAttemptStart), rec.count(EventAttemptEnd); s != e {
+		t.Errorf("attempts started %d, ended %d", s, e)
+	}
+	if h := rec.count(EventHedgeSent); h < calls/3 {
+		t.Errorf("hedges sent %d, want at least %d (one per slow lead)", h, calls/3)
+	}
+}

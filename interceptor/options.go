@@ -95,7 +95,8 @@ type config struct {
 	hold  func(ctx context.Context, d time.Duration, back <-chan struct{}) error
 	now   func() time.Time
 	// afterFunc calls f on a goroutine of its own after d, unless
-	// stopped first: the wait before a hedge.
+	// stopped first: the wait before a hedge. Nil: the real clock's
+	// (time.AfterFunc, and a lead's first hedge from a pool).
 	afterFunc func(d time.Duration, f func()) stopper
 }
 
@@ -109,14 +110,19 @@ func defaultConfig() config {
 		sleep:       sleepCtx,
 		hold:        holdCtx,
 		now:         time.Now,
-		afterFunc:   startTimer,
 	}
 }
 
 // stopper stops a wait started by config.afterFunc.
 type stopper interface{ Stop() bool }
 
-func startTimer(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
+// after calls f on a goroutine of its own after d, unless stopped first.
+func (c *config) after(d time.Duration, f func()) stopper {
+	if c.afterFunc == nil {
+		return time.AfterFunc(d, f)
+	}
+	return c.afterFunc(d, f)
+}
 
 func codeBit(c codes.Code) uint64 {
 	if c > 63 {
