@@ -92,7 +92,11 @@ func wireAdaptiveObserver(cfg *config) {
 	if cfg.observer == nil || cfg.throttles == nil {
 		return
 	}
-	cfg.throttles.AddDownListener(cfg.observer, AdaptiveObserver(cfg.observer))
+	for _, o := range leaves(cfg.observer, nil) {
+		if o != nil {
+			cfg.throttles.AddDownListener(o, AdaptiveObserver(o))
+		}
+	}
 }
 
 // RangeThrottles calls f for each target's adaptive throttle until f

@@ -162,8 +162,24 @@ func Observers(os ...Observer) Observer {
 }
 
 // multiObserver is a pointer, so that the Observer it makes is comparable
-// (New keys the breaker listener by its observer).
+// (New keys the breaker listener by its observer). New keys the listeners
+// by the observers inside it instead (see leaves): each call of Observers
+// makes another pointer, and interceptors built with Observers(m, am)
+// again and again would report each change once per New.
 type multiObserver struct{ os []Observer }
+
+// leaves returns the observers o passes events to: o, or those inside
+// an Observers value, recursively.
+func leaves(o Observer, into []Observer) []Observer {
+	m, ok := o.(*multiObserver)
+	if !ok || m == nil {
+		return append(into, o)
+	}
+	for _, o := range m.os {
+		into = leaves(o, into)
+	}
+	return into
+}
 
 func (m *multiObserver) Observe(ctx context.Context, e Event) {
 	for _, o := range m.os {
@@ -197,15 +213,20 @@ func BreakerObserver(o Observer) func(name string, from, to breaker.State) {
 }
 
 // wireBreakerObserver reports the breaker changes of cfg's Set to cfg's
-// observer, when both are set. The listener is keyed by the observer, so
-// that the interceptors New builds again and again from one Set and one
-// observer (unary and stream, client and server, one per connection)
-// report each change once.
+// observer, when both are set. The listener is keyed by the observer (by
+// each of the observers inside Observers), so that the interceptors New
+// builds again and again from one Set and one observer (unary and
+// stream, client and server, one per connection) report each change
+// once.
 func wireBreakerObserver(cfg *config) {
 	if cfg.observer == nil || cfg.breakers == nil {
 		return
 	}
-	cfg.breakers.AddStateListener(cfg.observer, BreakerObserver(cfg.observer))
+	for _, o := range leaves(cfg.observer, nil) {
+		if o != nil {
+			cfg.breakers.AddStateListener(o, BreakerObserver(o))
+		}
+	}
 }
 
 // RangeLimiters calls f for each target's retry limiter (WithBudget,

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/internal/clock"
@@ -182,5 +183,35 @@ func TestObservers(t *testing.T) {
 	o.Observe(context.Background(), Event{Kind: EventPushbackSent, Code: codes.Unavailable})
 	if len(a.sorted()) != 1 || len(b.sorted()) != 1 {
 		t.Fatalf("fan-out: got %v and %v, want one event each", a.sorted(), b.sorted())
+	}
+}
+
+// Interceptors built from one set with an Observers value made afresh
+// for each New (interceptor.New(WithObserver(Observers(m, am)), ...) per
+// connection, as the stormotel docs wire it) report each breaker or
+// throttle change once to each observer inside, not once per New.
+// (From the review of stormotel, 2026-12-05.)
+func TestFreshObserversReportChangesOnce(t *testing.T) {
+	log := &eventLog{}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := mustSet(t, breaker.Config{MinimumCalls: 1, Clock: clk})
+	thr, err := adaptive.NewSet(adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		inner := Observers(named{log, "a"}, named{log, "b"})
+		mustNew(t, WithObserver(Observers(inner, named{log, "c"})), WithBreaker(set), WithAdaptive(thr))
+	}
+	p, _ := set.Get("payment").Allow()
+	p.Done(breaker.Failure)
+	markDown(t, thr.Get("payment"), clk)
+	want := []string{
+		"a breaker_state_change payment closed->open", "a target_down",
+		"b breaker_state_change payment closed->open", "b target_down",
+		"c breaker_state_change payment closed->open", "c target_down",
+	}
+	if got := log.sorted(); !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }
