@@ -20,7 +20,11 @@ const DownKey = attribute.Key("stormguard.adaptive.down")
 // everything else:
 //
 //   - stormguard.adaptive.refusals (counter, {attempt}): attempts the
-//     throttle refused, by stormguard.target.
+//     throttle refused as they were about to go out (EventThrottled:
+//     shed, or a down target), by stormguard.target. A retry it refused
+//     earlier, before the wait, because the target was not healthy is a
+//     refusal of Metrics' stormguard.client.retry.refusals (reason
+//     "throttled"), not one of these.
 //   - stormguard.adaptive.probes (counter, {attempt}): attempts sent to a
 //     down target as probes, by stormguard.target.
 //   - stormguard.adaptive.transitions (counter, {transition}): targets
@@ -34,17 +38,18 @@ const DownKey = attribute.Key("stormguard.adaptive.down")
 // (New then reports the down and up changes of the set given with
 // WithAdaptive too; interceptor.AdaptiveObserver(am) as
 // adaptive.Config.OnDown is only for a set used without New), and call
-// Track for the gauges. Targets are attribute values, so the number of
-// distinct targets bounds the series (adaptive.Set holds at most its
-// maxKeys).
+// Track for the gauges. Targets are attribute values: the counters
+// report at most MaxTargets of them (then "_OTHER"), the gauges those
+// the tracked sets hold (adaptive.Set holds at most its maxKeys).
 type AdaptiveMetrics struct {
 	refusals, probes, transitions metric.Int64Counter
 	probability                   metric.Float64ObservableGauge
 	down                          metric.Int64ObservableGauge
 	reg                           metric.Registration
 
-	mu   sync.Mutex
-	sets []*adaptive.Set
+	mu      sync.Mutex
+	sets    []*adaptive.Set
+	targets targetAttrs
 }
 
 // NewAdaptive creates the instruments on a meter of mp named ScopeName; a
@@ -53,7 +58,7 @@ func NewAdaptive(mp metric.MeterProvider) (*AdaptiveMetrics, error) {
 	in := newInstruments(mp)
 	m := &AdaptiveMetrics{}
 	m.refusals = in.counter("stormguard.adaptive.refusals", "{attempt}",
-		"Attempts the adaptive throttle refused: shed, a retry into an unhealthy target, or a down target.")
+		"Attempts the adaptive throttle refused as they were about to go out: shed, or a down target.")
 	m.probes = in.counter("stormguard.adaptive.probes", "{attempt}",
 		"Attempts sent to a down target as probes.")
 	m.transitions = in.counter("stormguard.adaptive.transitions", "{transition}",
@@ -93,11 +98,11 @@ func (m *AdaptiveMetrics) Track(sets ...*adaptive.Set) {
 func (m *AdaptiveMetrics) Observe(ctx context.Context, e interceptor.Event) {
 	switch e.Kind {
 	case interceptor.EventThrottled:
-		m.refusals.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target)))
+		m.refusals.Add(ctx, 1, metric.WithAttributes(m.targets.get(e.Target)))
 	case interceptor.EventProbe:
-		m.probes.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target)))
+		m.probes.Add(ctx, 1, metric.WithAttributes(m.targets.get(e.Target)))
 	case interceptor.EventTargetDown, interceptor.EventTargetUp:
-		m.transitions.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target), DownKey.Bool(e.Kind == interceptor.EventTargetDown)))
+		m.transitions.Add(ctx, 1, metric.WithAttributes(m.targets.get(e.Target), DownKey.Bool(e.Kind == interceptor.EventTargetDown)))
 	}
 }
 

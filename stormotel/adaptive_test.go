@@ -2,13 +2,16 @@ package stormotel_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/stormguard/stormguard/adaptive"
+	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/interceptor"
 	"github.com/stormguard/stormguard/internal/clock"
 	"github.com/stormguard/stormguard/stormotel"
@@ -66,4 +69,46 @@ func TestAdaptiveMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("closed", map[string]string{toDn: "1", toUp: "1", refus: "1", probe: "1"})
+}
+
+// The adaptive counters keep at most MaxTargets targets as series of
+// their own, the later ones under "_OTHER", as do the breaker
+// transitions: a client whose targets churn (pod addresses through
+// rolling deploys) must not grow the series without bound. (From the
+// review of 2026-12-05.)
+func TestTargetCountersCapped(t *testing.T) {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	am, err := stormotel.NewAdaptive(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stormotel.New(mp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const extra = 5
+	for i := range stormotel.MaxTargets + extra {
+		target := fmt.Sprintf("10.0.%d.%d:443", i/256, i%256)
+		am.Observe(ctx, interceptor.Event{Kind: interceptor.EventTargetDown, Target: target})
+		am.Observe(ctx, interceptor.Event{Kind: interceptor.EventThrottled, Target: target})
+		m.Observe(ctx, interceptor.Event{Kind: interceptor.EventBreakerStateChange, Target: target, To: breaker.Open})
+	}
+	got := collect(t, r)
+	for _, name := range []string{"stormguard.adaptive.transitions", "stormguard.adaptive.refusals", "stormguard.breaker.transitions"} {
+		series, other := 0, ""
+		for k, v := range got {
+			if strings.HasPrefix(k, name+"{") {
+				series++
+				if strings.Contains(k, "stormguard.target=_OTHER") {
+					other = v
+				}
+			}
+		}
+		if series != stormotel.MaxTargets+1 || other != fmt.Sprint(extra) {
+			t.Errorf("%s: %d series, %q under _OTHER; want %d, %d", name, series, other, stormotel.MaxTargets+1, extra)
+		}
+	}
 }

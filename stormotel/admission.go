@@ -51,6 +51,7 @@ type Admission struct {
 }
 
 type trackedServer struct {
+	name  string
 	attrs metric.MeasurementOption
 	l     *admission.Limiter // nil without WithAdmission
 	s     *admission.Serving // nil without WithHealth
@@ -92,14 +93,22 @@ func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 }
 
 // Track reports the admission limiter and the health tracker of i (those
-// it has) under the name server, from the next collection on.
+// it has) under the name server, from the next collection on. Nil
+// interceptors, those with neither, and a server and interceptors already
+// tracked are ignored.
 func (a *Admission) Track(server string, i *interceptor.Interceptors) {
 	if i == nil || i.Admission() == nil && i.Serving() == nil {
 		return
 	}
+	t := trackedServer{name: server, attrs: metric.WithAttributes(ServerKey.String(server)), l: i.Admission(), s: i.Serving()}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.servers = append(a.servers, trackedServer{attrs: metric.WithAttributes(ServerKey.String(server)), l: i.Admission(), s: i.Serving()})
+	for _, s := range a.servers {
+		if s.name == t.name && s.l == t.l && s.s == t.s {
+			return
+		}
+	}
+	a.servers = append(a.servers, t)
 }
 
 // Close unregisters the gauges' callback.

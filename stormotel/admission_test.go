@@ -71,6 +71,7 @@ func TestAdmissionHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Track("payment", i)
+	a.Track("payment", i) // again: counted once (review of 2026-12-05)
 	want := map[string]string{
 		"stormguard.health.serving{stormguard.admission.server=payment}":     "1",
 		"stormguard.health.not_serving{stormguard.admission.server=payment}": "0",

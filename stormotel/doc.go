@@ -43,13 +43,14 @@
 //	| stormguard.client.retries                  | Int64Counter           | {retry}      | stormguard_client_retries_total            | rpc.*, stormguard.target                       | Retries scheduled: the "granted" outcome of a retry (EventRetryScheduled). |
 //	| stormguard.client.retry.refusals           | Int64Counter           | {refusal}    | stormguard_client_retry_refusals_total     | rpc.*, stormguard.target, stormguard.reason    | Retryable failures the client did not retry: the "refused" outcome, by reason (EventRetryRefused). |
 //	| stormguard.client.retry.delay              | Float64Histogram       | s            | stormguard_client_retry_delay_seconds      | rpc.*, stormguard.target                       | Wait before each scheduled retry (backoff or server pushback). |
-//	| stormguard.client.hedges                   | Int64Counter           | {hedge}      | stormguard_client_hedges_total             | rpc.*, stormguard.target, stormguard.hedge     | Hedges (interceptor.WithHedging) by stormguard.hedge: sent, won (answered before the attempts sent earlier), cancelled (an attempt in flight when another answered), refused (due, but the budget, throttle or breaker said no) (EventHedgeSent, EventHedgeWon, EventHedgeCancelled, EventHedgeRefused). |
+//	| stormguard.client.hedges                   | Int64Counter           | {hedge}      | stormguard_client_hedges_total             | rpc.*, stormguard.target, stormguard.hedge     | Hedges (interceptor.WithHedging) by stormguard.hedge: sent, won (ended the call before the attempts sent earlier, with any code: the interceptor's rule that stops hedges that lose counts only its successes), cancelled (an attempt in flight when another answered), refused (due, not sent: the budget, throttle or breaker said no, or the deadline, a "do not retry", hedges that lose, a queueing target) (EventHedgeSent, EventHedgeWon, EventHedgeCancelled, EventHedgeRefused). |
 //	| stormguard.server.request.attempt          | Int64Histogram         | {attempt}    | stormguard_server_request_attempt          | rpc.*                                          | The caller's attempt index of each incoming request: 0 is a first call, 1 the first retry. The share above 0 is the share of load that is retries. |
 //	| stormguard.server.request.depth            | Int64Histogram         | {hop}        | stormguard_server_request_depth            | rpc.*                                          | Hops from the edge of each incoming request (0: this tier is the edge). |
 //	| stormguard.server.request.upstream_retries | Int64Histogram         | {retry}      | stormguard_server_request_upstream_retries | rpc.*                                          | Retries in progress above this tier for each incoming request, the caller's included; > 0 makes the default tier policy stop retrying here. |
-//	| stormguard.server.pushbacks                | Int64Counter           | {pushback}   | stormguard_server_pushbacks_total          | rpc.*, rpc.grpc.status_code                    | Answers sent with the "do not retry" trailer (grpc-retry-pushback-ms: -1), by code (EventPushbackSent). |
+//	| stormguard.server.pushbacks                | Int64Counter           | {pushback}   | stormguard_server_pushbacks_total          | rpc.*, rpc.grpc.status_code                    | Handlers' answers sent with the "do not retry" trailer (grpc-retry-pushback-ms: -1), by code (EventPushbackSent); admission control's refusals, which carry it too, are Admission's stormguard.admission.refusals. |
+//	| stormguard.server.stacked_retries          | Int64Counter           | {request}    | stormguard_server_stacked_retries_total    | rpc.*                                          | Requests whose caller runs grpc-go's built-in retry under a retrying client interceptor, so that the attempts multiply (EventStackedRetry): a configuration to fix. |
 //	| stormguard.breaker.state                   | Int64ObservableGauge   | {state}      | stormguard_breaker_state                   | stormguard.target                              | State of each breaker of the tracked sets: 0 closed, 1 half-open, 2 open (ordered by severity; not breaker.State's values). |
-//	| stormguard.breaker.transitions             | Int64Counter           | {transition} | stormguard_breaker_transitions_total       | stormguard.target, stormguard.breaker.to_state | Breaker state changes, by the state entered: closed, half_open, open (EventBreakerStateChange). |
+//	| stormguard.breaker.transitions             | Int64Counter           | {transition} | stormguard_breaker_transitions_total       | stormguard.target, stormguard.breaker.to_state | Breaker state changes, by the state entered: closed, half_open, open (EventBreakerStateChange); at most MaxTargets targets, then "_OTHER". |
 //	| stormguard.budget.ratio                    | Float64ObservableGauge | 1            | stormguard_budget_ratio                    | stormguard.target                              | Retries / first attempts in the current window of each retry budget of the tracked interceptors (budget.Snapshot.Ratio). |
 //	| stormguard.throttle.tokens                 | Float64ObservableGauge | {token}      | stormguard_throttle_tokens                 | stormguard.target                              | Tokens in each gRFC A6 throttle of the tracked interceptors; retries are allowed only above half of the capacity. |
 //
@@ -92,6 +93,12 @@
 // method pairs) get their own attributes; further ones are reported as
 // rpc.method "_OTHER" (and stormguard.target "_OTHER"), so neither a
 // caller that sprays unknown method names nor a process that dials ever
-// new targets can grow the series without bound. Targets are the keys of
-// the breaker and budget sets, which breaker.NewSet caps as well.
+// new targets can grow the series without bound. The counters that are
+// not kept per method (breaker transitions, AdaptiveMetrics' counters)
+// report at most MaxTargets targets under their own names, the later
+// ones as "_OTHER": a counter keeps a series for every target it ever
+// saw, where the sets cap only the targets they hold at once. The
+// cache is filled first come, first served and never shrinks: a process
+// whose targets churn reports its later ones as "_OTHER", client and
+// server methods alike (they share MaxMethods).
 package stormotel

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 
 	"github.com/stormguard/stormguard/interceptor"
 )
@@ -122,6 +123,9 @@ func TestTargetAttribute(t *testing.T) {
 					if _, ok := p.Attributes.Value(TargetKey); ok {
 						t.Errorf("a server data point with %s: %v", TargetKey, p.Attributes)
 					}
+					if v, _ := p.Attributes.Value(semconv.RPCMethodKey); v.AsString() != "M" {
+						t.Errorf("the server's method reported as %q, want M: the clients' pairs have a cap of their own", v.AsString())
+					}
 				}
 			}
 		}
@@ -129,8 +133,6 @@ func TestTargetAttribute(t *testing.T) {
 	if got := targets["t0:443"]; got != 1 {
 		t.Errorf("retries for t0:443: got %d, want 1", got)
 	}
-	// One pair is the server's ("", /pkg.S/M) only if it came first; here
-	// the clients filled the cache, so the server's method is _OTHER too.
 	if len(targets) != MaxMethods+1 || targets[otherValue] != extra {
 		t.Errorf("got %d targets, %d retries under %s; want %d targets, %d", len(targets), targets[otherValue], otherValue, MaxMethods+1, extra)
 	}

@@ -20,10 +20,11 @@ import (
 // ScopeName is the instrumentation scope of the meter stormotel uses.
 const ScopeName = "github.com/stormguard/stormguard/stormotel"
 
-// MaxMethods is the number of distinct full methods (a client's: distinct
-// target and method pairs) a Metrics reports under their own names; later
-// ones are reported as rpc.method "_OTHER" (and stormguard.target
-// "_OTHER").
+// MaxMethods is the number of distinct full methods a Metrics reports
+// under their own names for the server instruments, and of distinct
+// target and method pairs for the client instruments (each has its
+// own); later ones are reported as rpc.method "_OTHER" (and
+// stormguard.target "_OTHER").
 const MaxMethods = 1024
 
 // The attribute keys stormotel adds to the semantic conventions'.
@@ -71,6 +72,7 @@ type Metrics struct {
 	serverDepth     metric.Int64Histogram
 	serverUpstream  metric.Int64Histogram
 	pushbacks       metric.Int64Counter
+	stacked         metric.Int64Counter
 	hedges          metric.Int64Counter
 	transitions     metric.Int64Counter
 	breakerState    metric.Int64ObservableGauge
@@ -83,8 +85,11 @@ type Metrics struct {
 	// serializes the replacements.
 	methods atomic.Pointer[map[attrKey]*methodAttrs]
 	mu      sync.Mutex
+	nServer int          // server methods in methods; guarded by mu
+	nClient int          // client target and method pairs in methods; guarded by mu
 	other   *methodAttrs // for client pairs past MaxMethods
 	otherSv *methodAttrs // for server methods past MaxMethods
+	targets targetAttrs  // for the breaker transitions
 
 	trackMu  sync.Mutex // guards sets and limiters; held while collecting
 	sets     []*breaker.Set
@@ -129,6 +134,8 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		"Retries in progress above this tier for each incoming request, the caller's included.", upstreamBounds)
 	m.pushbacks = in.counter("stormguard.server.pushbacks", "{pushback}",
 		"Answers sent with the do-not-retry trailer, by gRPC code.")
+	m.stacked = in.counter("stormguard.server.stacked_retries", "{request}",
+		"Requests whose caller runs grpc-go's built-in retry under a retrying client interceptor: the attempts multiply.")
 	m.hedges = in.counter("stormguard.client.hedges", "{hedge}",
 		"Hedged attempts sent, won, cancelled and refused.")
 	m.transitions = in.counter("stormguard.breaker.transitions", "{transition}",
@@ -216,12 +223,15 @@ func (m *Metrics) Observe(ctx context.Context, e interceptor.Event) {
 	case interceptor.EventPushbackSent:
 		a := m.attrs("", e.Method).code(e.Code)
 		m.pushbacks.Add(ctx, 1, a.add...)
+	case interceptor.EventStackedRetry:
+		a := &m.attrs("", e.Method).base
+		m.stacked.Add(ctx, 1, a.add...)
 	case interceptor.EventHedgeSent, interceptor.EventHedgeWon, interceptor.EventHedgeCancelled, interceptor.EventHedgeRefused:
 		a := &m.attrs(e.Target, e.Method).hedges[e.Kind-interceptor.EventHedgeSent]
 		m.hedges.Add(ctx, 1, a.add...)
 	case interceptor.EventBreakerStateChange:
-		// Rare: no cache.
-		m.transitions.Add(ctx, 1, metric.WithAttributes(TargetKey.String(e.Target), ToStateKey.String(stateName(e.To))))
+		// Rare: no cache of the attribute set, but a cap on the targets.
+		m.transitions.Add(ctx, 1, metric.WithAttributes(m.targets.get(e.Target), ToStateKey.String(stateName(e.To))))
 	}
 }
 
@@ -325,12 +335,19 @@ func (m *Metrics) attrs(target, fullMethod string) *methodAttrs {
 	if a, ok := old[k]; ok {
 		return a
 	}
-	if len(old) >= MaxMethods {
+	// The server's methods and the client's pairs are capped apart, so
+	// that a client whose targets churn leaves the server's names alone.
+	n := &m.nClient
+	if target == "" {
+		n = &m.nServer
+	}
+	if *n >= MaxMethods {
 		if target == "" {
 			return m.otherSv
 		}
 		return m.other
 	}
+	*n++
 	a := newMethodAttrs(target, fullMethod)
 	next := make(map[attrKey]*methodAttrs, len(old)+1)
 	maps.Copy(next, old)

@@ -100,7 +100,9 @@ func TestOddEvents(t *testing.T) {
 	m.Observe(ctx, interceptor.Event{Kind: interceptor.EventRetryRefused, Method: "bad", Reason: interceptor.StopCommitted})
 	m.Observe(ctx, interceptor.Event{Kind: interceptor.EventAttemptStart, Method: "/pkg.S/M"}) // not recorded
 	m.Observe(ctx, interceptor.Event{Kind: interceptor.EventBreakerStateChange, Target: "t", From: breaker.Open, To: breaker.State(7)})
+	m.Observe(ctx, interceptor.Event{Kind: interceptor.EventStackedRetry, Method: "/pkg.S/M"})
 	want := map[string]string{
+		"stormguard.server.stacked_retries{rpc.method=M,rpc.service=pkg.S,rpc.system=grpc}":                          "1",
 		"stormguard.client.attempts{rpc.grpc.status_code=99,rpc.method=M,rpc.service=pkg.S,rpc.system=grpc}":         "1",
 		"stormguard.client.attempt.duration{rpc.grpc.status_code=99,rpc.method=M,rpc.service=pkg.S,rpc.system=grpc}": "count=1",
 		"stormguard.client.retry.refusals{rpc.method=M,rpc.service=pkg.S,rpc.system=grpc,stormguard.reason=other}":   "1",
