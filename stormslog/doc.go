@@ -1,7 +1,8 @@
 // Package stormslog logs stormguard's interceptor events with log/slog: refused
 // retries, summed up per target and interval so that an outage logs a
-// bounded number of lines, and circuit breaker changes. Successful calls log
-// nothing.
+// bounded number of lines, circuit breaker and adaptive throttle changes,
+// and callers that stack grpc-go's retry under a retrying interceptor.
+// Successful calls log nothing.
 //
 // Install it like any interceptor.Observer:
 //
@@ -22,6 +23,7 @@
 //	| retry refused: budget          | WARN  | stormguard: retry refused                    | target, method, reason, attempt, depth, in_handler, code |
 //	| retry refused: breaker_open    | WARN  | stormguard: retry refused                    | (same) |
 //	| retry refused: deadline        | WARN  | stormguard: retry refused                    | (same) |
+//	| retry refused: throttled       | WARN  | stormguard: retry refused                    | (same) |
 //	| retry refused: attempts        | INFO  | stormguard: retry refused                    | (same) |
 //	| retry refused: tier_policy     | INFO  | stormguard: retry refused                    | (same) |
 //	| retry refused: pushback        | INFO  | stormguard: retry refused                    | (same) |
@@ -30,13 +32,20 @@
 //	| breaker entered open           | WARN  | stormguard: circuit breaker state changed    | target, from, to |
 //	| breaker entered half-open      | INFO  | stormguard: circuit breaker state changed    | target, from, to |
 //	| breaker entered closed         | INFO  | stormguard: circuit breaker state changed    | target, from, to |
+//	| adaptive throttle: target down | WARN  | stormguard: target down                      | target |
+//	| adaptive throttle: target up   | INFO  | stormguard: target back up                   | target |
+//	| stacked retry, once per method | WARN  | stormguard: stacked retries                  | method, depth, attempt |
 //	| retry scheduled                | DEBUG | stormguard: retry scheduled                  | target, method, attempt, depth, in_handler, delay |
 //	| pushback sent                  | DEBUG | stormguard: pushback sent                    | method, depth, attempt, code |
 //	| attempt start and end, request received | never |                                | |
 //
 // WARN marks a protection at work that an operator should look at: the
-// budget or an open breaker is shedding retries, or deadlines are too short
-// for the backoff. INFO marks the design working as intended: a call used
+// budget, the adaptive throttle or an open breaker is shedding retries (or,
+// for the throttle and the breaker, first attempts), a target is down, or
+// deadlines are too short for the backoff; or a caller whose attempts
+// multiply (grpc-go's retry under a retrying interceptor: the request
+// carries both's metadata), logged for the first such request of each
+// method (EventStackedRetry). INFO marks the design working as intended: a call used
 // its attempts, a deeper tier deferred to the one above (tier_policy,
 // pushback). WithLevel changes the level of a reason. With slog's default
 // level (INFO), scheduled retries and pushbacks are not logged.
@@ -50,8 +59,9 @@
 // Observer receives after the interval ends (or by Flush). So each target
 // logs at most two refusal lines per reason and per value of in_handler in
 // any interval, however many calls fail: an outage at any request rate
-// logs a few lines a second per target. Breaker changes are logged one by
-// one (a breaker changes state at most a few times per open interval).
+// logs a few lines a second per target. Breaker and throttle changes are
+// logged one by one (a breaker changes state at most a few times per open
+// interval, a throttle's target goes down at most once per outage).
 // DEBUG lines are one per event: they are for debugging, not for
 // production.
 //
@@ -61,7 +71,7 @@
 // plus the method under interceptor.WithPerMethodKeys), or OtherTargets
 // once more than 1024 keys are being counted at once; method is the full
 // gRPC method; reason is one of attempts, budget, breaker_open,
-// tier_policy, pushback, deadline, committed (as stormotel's
+// tier_policy, pushback, deadline, throttled, committed (as stormotel's
 // stormguard.reason); attempt is, for a refusal, the index of the attempt
 // that was not made (the number of attempts made), for a scheduled retry
 // the retry's index, and for a pushback the caller's attempt index; depth

@@ -23,6 +23,9 @@ const (
 	MsgBreakerChanged      = "stormguard: circuit breaker state changed"
 	MsgRetryScheduled      = "stormguard: retry scheduled"
 	MsgPushbackSent        = "stormguard: pushback sent"
+	MsgTargetDown          = "stormguard: target down"
+	MsgTargetUp            = "stormguard: target back up"
+	MsgStackedRetry        = "stormguard: stacked retries"
 )
 
 // DefaultInterval is the interval over which refusals of one target for
@@ -37,8 +40,9 @@ const OtherTargets = "(other targets)"
 // at one time, and so the memory and the lines per interval.
 const maxKeys = 1024
 
-// Observer is an interceptor.Observer that logs refused retries and breaker
-// changes to a slog.Logger; see the package doc for the lines and levels.
+// Observer is an interceptor.Observer that logs refused retries, breaker
+// and adaptive throttle changes, and a caller's stacked retries to a
+// slog.Logger; see the package doc for the lines and levels.
 // It is safe for concurrent use. Create it with New.
 type Observer struct {
 	l        *slog.Logger
@@ -55,6 +59,7 @@ type Observer struct {
 
 	mu      sync.Mutex
 	tallies map[tallyKey]*tally // guarded by mu
+	stacked map[string]bool     // methods whose stacked retry was logged; guarded by mu
 }
 
 // tallyKey is what refusals are summed up by.
@@ -125,10 +130,12 @@ func New(l *slog.Logger, opts ...Option) *Observer {
 			interceptor.StopBudget:      slog.LevelWarn,
 			interceptor.StopBreakerOpen: slog.LevelWarn,
 			interceptor.StopDeadline:    slog.LevelWarn,
+			interceptor.StopThrottled:   slog.LevelWarn,
 		},
 		clk:      systemClock{},
 		interval: DefaultInterval,
 		tallies:  make(map[tallyKey]*tally),
+		stacked:  make(map[string]bool),
 	}
 	o.nextSweep.Store(noSweep)
 	for _, opt := range opts {
@@ -179,6 +186,20 @@ func (o *Observer) Observe(ctx context.Context, e interceptor.Event) {
 		add(slog.String("target", e.Target))
 		add(slog.String("from", e.From.String()))
 		add(slog.String("to", e.To.String()))
+	case interceptor.EventTargetDown:
+		level, msg = slog.LevelWarn, MsgTargetDown
+		add(slog.String("target", e.Target))
+	case interceptor.EventTargetUp:
+		level, msg = slog.LevelInfo, MsgTargetUp
+		add(slog.String("target", e.Target))
+	case interceptor.EventStackedRetry:
+		level, msg = slog.LevelWarn, MsgStackedRetry
+		if !o.l.Enabled(ctx, level) || !o.firstStacked(e.Method) {
+			return
+		}
+		add(slog.String("method", e.Method))
+		add(slog.Int("depth", e.Info.Depth))
+		add(slog.Int("attempt", e.Info.Attempt))
 	case interceptor.EventRetryScheduled:
 		level, msg = slog.LevelDebug, MsgRetryScheduled
 		if !o.l.Enabled(ctx, level) {
@@ -203,6 +224,19 @@ func (o *Observer) Observe(ctx context.Context, e interceptor.Event) {
 		return
 	}
 	o.l.LogAttrs(ctx, level, msg, attrs[:n]...)
+}
+
+// firstStacked reports whether method's stacked retry is the first the
+// Observer sees: a configuration to fix is logged once per method (for
+// at most maxKeys methods), not once per request.
+func (o *Observer) firstStacked(method string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stacked[method] || len(o.stacked) >= maxKeys {
+		return false
+	}
+	o.stacked[method] = true
+	return true
 }
 
 // refused logs a refusal, or counts it for the summary of its interval.

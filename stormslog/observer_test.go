@@ -352,3 +352,36 @@ func BenchmarkObserve(b *testing.B) {
 type countingObserver struct{ n *atomic.Int64 }
 
 func (c countingObserver) Observe(context.Context, interceptor.Event) { c.n.Add(1) }
+
+// At slog's WARN level, as production loggers often run, the adaptive
+// throttle at work is seen: its refusals, a target it marks down (and,
+// at INFO, back up); a caller whose attempts multiply is logged once per
+// method. (From the review of 2026-12-05: Recommended relies on the
+// throttle, whose refusals were INFO and whose changes were not logged.)
+func TestThrottleAndStackedLines(t *testing.T) {
+	buf := &buffer{}
+	o := stormslog.New(newLogger(buf, slog.LevelWarn), stormslog.WithClock(clock.NewFake(frozen)))
+	ctx := context.Background()
+	o.Observe(ctx, interceptor.Event{Kind: interceptor.EventRetryRefused, Target: "payment", Method: "/p.S/M", Reason: interceptor.StopThrottled, Attempt: 1, Code: codes.Unavailable})
+	o.Observe(ctx, interceptor.Event{Kind: interceptor.EventTargetDown, Target: "payment"})
+	o.Observe(ctx, interceptor.Event{Kind: interceptor.EventTargetUp, Target: "payment"}) // INFO: not at WARN
+	for range 3 {
+		o.Observe(ctx, interceptor.Event{Kind: interceptor.EventStackedRetry, Method: "/p.S/M", Info: interceptor.Info{Depth: 1, Attempt: 1}})
+	}
+	o.Observe(ctx, interceptor.Event{Kind: interceptor.EventStackedRetry, Method: "/p.S/N"})
+	want := []string{
+		`{"level":"WARN","msg":"stormguard: retry refused","target":"payment","method":"/p.S/M","reason":"throttled","attempt":1,"depth":0,"in_handler":false,"code":"Unavailable"}`,
+		`{"level":"WARN","msg":"stormguard: target down","target":"payment"}`,
+		`{"level":"WARN","msg":"stormguard: stacked retries","method":"/p.S/M","depth":1,"attempt":1}`,
+		`{"level":"WARN","msg":"stormguard: stacked retries","method":"/p.S/N","depth":0,"attempt":0}`,
+	}
+	if got := buf.lines(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	buf2 := &buffer{}
+	o = stormslog.New(newLogger(buf2, slog.LevelInfo))
+	o.Observe(ctx, interceptor.Event{Kind: interceptor.EventTargetUp, Target: "payment"})
+	if got, want := buf2.lines(), []string{`{"level":"INFO","msg":"stormguard: target back up","target":"payment"}`}; strings.Join(got, "") != want[0] {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
