@@ -22,15 +22,19 @@ type incidentFlagValues struct {
 	users              *int
 	flaky              *float64
 	usersSet, flakySet bool
+	// given reports whether a flag was given on the command line (nil:
+	// none was), so that a duration given as 0 is refused, not read as
+	// "the default".
+	given func(name string) bool
 }
 
 func incidentFlags(fs *flag.FlagSet) incidentFlagValues {
 	return incidentFlagValues{
-		rate:     fs.Int("rate", 0, "open-loop user requests per second, 1 to 10000: kill's sustained phase (default 200); outage, partial, hang (default 300); slow (default 240)"),
+		rate:     fs.Int("rate", 0, "open-loop user requests per second, 1 to 10000: kill's sustained phase (default 200); outage, partial, hang (default 300); slow (default 240); tail (default 400)"),
 		healthy:  fs.Duration("healthy", 0, "outage, partial, hang, slow: healthy traffic before the incident (default 1.5s; slow 1s); capacity: the healthy part (1s); replicas: before one fails (500ms); overload: arrivals at 0.5x before it (1s)"),
-		during:   fs.Duration("for", 0, "outage, partial, hang, slow, long: length of the incident (default 3s; slow 1s; long 30s); capacity: the part with random failures (1s); replicas: one replica failing (2s); overload: the overload (2s)"),
+		during:   fs.Duration("for", 0, "outage, partial, hang, slow, long: length of the incident (default 3s; slow 1s; long 30s); capacity: the part with random failures (1s); replicas: one replica failing (2s); overload: the overload (2s); tail: the whole run (5s)"),
 		after:    fs.Duration("after", 0, "outage, partial, hang, slow: traffic after the incident (default 1.5s; slow 2.5s); replicas: all healthy again (500ms); overload: arrivals at 0.5x after it (1s)"),
-		slice:    fs.Duration("slice", 0, "outage, partial, hang, slow, capacity, replicas, overload: width of a time slice of the table (default 250ms)"),
+		slice:    fs.Duration("slice", 0, "outage, partial, hang, slow, capacity, replicas, overload: width of a time slice of the table (default 250ms); tail (default 1s)"),
 		replicas: fs.String("replicas", "", "fleet: comma-separated fleet sizes, each 1 to 1000 (default 1,10,100,1000)"),
 		factors: fs.String("factors", "", fmt.Sprintf("overload: comma-separated arrival rates during the overload, as factors of payment's capacity (%d calls/s), each above 0 and at most %d, one run each (default 2,8)",
 			overloadCapacity, maxRate/overloadCapacity)),
@@ -74,11 +78,12 @@ func checkScenarioFlags(fs *flag.FlagSet, scenario string) error {
 func incidentConfigOf(scenario string, seed uint64, v incidentFlagValues) (incidentConfig, error) {
 	ic := incidentDefaults(scenario)
 	ic.seed = seed
+	given := func(name string) bool { return v.given != nil && v.given(name) }
 	set := func(dst *time.Duration, d time.Duration, name string) error {
-		if d == 0 {
+		if d == 0 && !given(name) {
 			return nil
 		}
-		if d < 0 || d > time.Hour {
+		if d <= 0 || d > time.Hour {
 			return fmt.Errorf("--%s %v: want more than 0, at most 1h", name, d)
 		}
 		*dst = d
@@ -107,6 +112,25 @@ func incidentConfigOf(scenario string, seed uint64, v incidentFlagValues) (incid
 			return ic, err
 		}
 	}
+	switch scenario {
+	case scenarioOutage, scenarioPartial, scenarioHang, scenarioSlow, scenarioCapacity, scenarioReplicas, scenarioOverload:
+		// Each phase a whole number of slices, so that its summary is
+		// the sum of its rows, from the phase's start.
+		for _, x := range []struct {
+			d    time.Duration
+			name string
+		}{{ic.healthy, "healthy"}, {ic.during, "for"}, {ic.after, "after"}} {
+			if x.d%ic.slice != 0 {
+				return ic, fmt.Errorf("--%s %v: want a multiple of the slice (%v) for --scenario %s", x.name, x.d, ic.slice, ic.scenario)
+			}
+		}
+	case scenarioLong:
+		// The table's rows run from 2.5 s to 4.5 s in the outage, then
+		// to its end, and its first second is one of them.
+		if ic.during < 2*time.Second {
+			return ic, fmt.Errorf("--for %v: want at least 2s for --scenario long", ic.during)
+		}
+	}
 	if *v.replicas != "" {
 		ic.replicas = nil
 		for f := range strings.SplitSeq(*v.replicas, ",") {
@@ -120,7 +144,8 @@ func incidentConfigOf(scenario string, seed uint64, v incidentFlagValues) (incid
 	return ic, nil
 }
 
-// incidentDemo runs a sliced scenario and prints its table (or JSON).
+// incidentDemo runs a sliced scenario and prints its table (or JSON);
+// modesFlag is --modes, empty when not given (each scenario's default).
 func incidentDemo(ctx context.Context, scenario, modesFlag string, seed uint64, asJSON bool, v incidentFlagValues, stdout, stderr io.Writer) error {
 	ic, err := incidentConfigOf(scenario, seed, v)
 	if err != nil {
@@ -130,21 +155,18 @@ func incidentDemo(ctx context.Context, scenario, modesFlag string, seed uint64, 
 		return busyDemo(ctx, ic, modesFlag, asJSON, stdout, stderr)
 	}
 	if scenario == scenarioTail {
-		if modesFlag == strings.Join(modeNames(), ",") { // the default
-			modesFlag = ""
-		}
 		return tailDemo(ctx, ic, modesFlag, asJSON, stdout)
 	}
 	var ms []chainMode
 	switch scenario {
 	case scenarioSlow:
-		if modesFlag == strings.Join(modeNames(), ",") { // the default
-			modesFlag = ""
-		}
 		if ms, err = parseSlowModes(modesFlag); err != nil {
 			return err
 		}
 	case scenarioOutage, scenarioPartial, scenarioHang:
+		if modesFlag == "" {
+			modesFlag = strings.Join(modeNames(), ",")
+		}
 		m, err := parseModes(modesFlag)
 		if err != nil {
 			return err
@@ -211,22 +233,12 @@ func checkBusyConfig(ic *incidentConfig, v incidentFlagValues) error {
 			ic.factors = append(ic.factors, x)
 		}
 	}
-	// Each phase a whole number of slices, so that its summary is the
-	// sum of its rows.
-	for _, x := range []struct {
-		d    time.Duration
-		name string
-	}{{ic.healthy, "healthy"}, {ic.during, "for"}, {ic.after, "after"}} {
-		if x.d%ic.slice != 0 {
-			return fmt.Errorf("--%s %v: want a multiple of the slice (%v) for --scenario %s", x.name, x.d, ic.slice, ic.scenario)
-		}
-	}
 	return nil
 }
 
 // busyDemo runs a busy scenario and prints its table (or JSON).
 func busyDemo(ctx context.Context, ic incidentConfig, modesFlag string, asJSON bool, stdout, stderr io.Writer) error {
-	if modesFlag == strings.Join(modeNames(), ",") { // the default
+	if modesFlag == "" {
 		modesFlag = strings.Join(busyDefaultModes, ",")
 	}
 	ms, err := parseBusyModes(modesFlag)

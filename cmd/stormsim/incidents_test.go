@@ -53,6 +53,16 @@ func TestScenarioFlags(t *testing.T) {
 		{"--scenario", "hang", "--users-for", "1s"},
 		{"--replicas", "1"}, // kill does not read it
 		{"--for", "1s"},     // nor this
+		// From the review of 2026-12-05: phases that do not line up with
+		// the slices (summaries shifted), a long outage shorter than the
+		// table's rows, a zero given (read as the default), the default
+		// --modes spelled out for a scenario with modes of its own.
+		{"--scenario", "outage", "--healthy", "1.1s"},
+		{"--scenario", "hang", "--for", "1s", "--slice", "300ms"},
+		{"--scenario", "long", "--for", "1s"},
+		{"--scenario", "overload", "--after", "0"},
+		{"--scenario", "outage", "--for", "0s"},
+		{"--scenario", "tail", "--modes", "naive,one-retry,budget,tiered,stormguard,recommended"},
 	} {
 		runFails(t, args...)
 	}
@@ -163,7 +173,7 @@ func TestHangScenario(t *testing.T) {
 // at payment per user request.
 func TestSlowScenario(t *testing.T) {
 	r := runSliced(t, "--scenario", "slow", "--modes", "off", "--rate", "50",
-		"--healthy", "200ms", "--for", "300ms", "--after", "200ms")
+		"--healthy", "250ms", "--for", "250ms", "--after", "250ms")
 	c := columnOf(t, r, "off")
 	if len(c.Slices) != 3 {
 		t.Fatalf("%d slices, want 3", len(c.Slices))

@@ -27,6 +27,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go quitOnSecondSignal(ctx, stop, os.Stderr)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if errors.Is(err, flag.ErrHelp) {
@@ -35,6 +36,19 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stormsim:", err)
 		os.Exit(1)
+	}
+}
+
+// quitOnSecondSignal waits for the first Ctrl-C (ctx done), says that
+// the run in progress finishes first (a scenario's run ends by itself,
+// after its phases; serve and load stop at once), and gives the signals
+// back, so that a second Ctrl-C ends the process. It returns when ctx is
+// done, as at the end of main.
+func quitOnSecondSignal(ctx context.Context, stop func(), stderr io.Writer) {
+	<-ctx.Done()
+	stop()
+	if context.Cause(ctx) != context.Canceled { // a signal, not main's own stop
+		fmt.Fprintln(stderr, "stormsim: interrupted: stopping after the run in progress (Ctrl-C again to quit now)")
 	}
 }
 
@@ -89,7 +103,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		for _, sc := range scenarios {
 			fmt.Fprintf(stderr, "  %-11s  %s\n", sc.name, sc.about)
 		}
-		fmt.Fprintf(stderr, "\n--scenario slow has its own modes: %s.\n", strings.Join(slowModeNames(), ", "))
+		fmt.Fprintf(stderr, "\n--scenario slow has its own modes: %s; --scenario tail too: %s.\n", strings.Join(slowModeNames(), ", "), strings.Join(tailModeNames(), ", "))
 		fmt.Fprintf(stderr, "--scenario capacity, replicas and overload run %s by default; --modes takes %q (no interceptor, no retries) and the modes above.\n",
 			strings.Join(busyDefaultModes, ", "), offMode.name)
 		fmt.Fprintf(stderr, "\nFlags:\n")
@@ -120,8 +134,13 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	inc.users, inc.usersSet = users, isSet(fs, "users")
 	inc.flaky, inc.flakySet = flaky, isSet(fs, "flaky")
+	inc.given = func(name string) bool { return isSet(fs, name) }
 	if *scenario != scenarioKill {
-		return incidentDemo(ctx, *scenario, *modesFlag, *seed, *asJSON, inc, stdout, stderr)
+		mf := *modesFlag
+		if !isSet(fs, "modes") {
+			mf = "" // the scenario's own default
+		}
+		return incidentDemo(ctx, *scenario, mf, *seed, *asJSON, inc, stdout, stderr)
 	}
 	ms, err := parseModes(*modesFlag)
 	if err != nil {

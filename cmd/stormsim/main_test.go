@@ -326,3 +326,35 @@ func TestPercentile(t *testing.T) {
 		}
 	}
 }
+
+// The first Ctrl-C lets the run in progress finish and says so; after
+// it the signals are given back (a second one ends the process). main's
+// own stop at the end says nothing.
+func TestQuitOnSecondSignal(t *testing.T) {
+	for _, tc := range []struct {
+		cause error
+		want  string
+	}{
+		{errors.New("interrupt signal received"), "stormsim: interrupted: stopping after the run in progress (Ctrl-C again to quit now)\n"},
+		{nil, ""}, // main's stop
+	} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		stopped := make(chan struct{})
+		var stderr bytes.Buffer
+		done := make(chan struct{})
+		go func() {
+			quitOnSecondSignal(ctx, func() { close(stopped) }, &stderr)
+			close(done)
+		}()
+		cancel(tc.cause)
+		<-done
+		select {
+		case <-stopped:
+		default:
+			t.Fatalf("cause %v: the signals were not given back", tc.cause)
+		}
+		if stderr.String() != tc.want {
+			t.Errorf("cause %v: wrote %q, want %q", tc.cause, stderr.String(), tc.want)
+		}
+	}
+}

@@ -153,11 +153,7 @@ func parseTailModes(s string) ([]tailMode, error) {
 			}
 		}
 		if !found {
-			names := make([]string, len(tailModes))
-			for i, m := range tailModes {
-				names[i] = m.name
-			}
-			return nil, fmt.Errorf("--modes: unknown mode %q for --scenario tail (want %s)", name, strings.Join(names, ", "))
+			return nil, fmt.Errorf("--modes: unknown mode %q for --scenario tail (want %s)", name, strings.Join(tailModeNames(), ", "))
 		}
 	}
 	return out, nil
@@ -201,4 +197,12 @@ func writeTail(w io.Writer, ic incidentConfig, ms []tailMode, rows []tailRow) er
 	fmt.Fprintf(w, "\nthe adaptive delay hedges after %v until the target's first %d first attempts answered (hedge.Config.Initial, MinSamples): at this rate the first quarter second, whose slow answers are most of the p99.9 of a short run.\n",
 		hedge.DefaultInitial, hedge.DefaultMinSamples)
 	return nil
+}
+
+func tailModeNames() []string {
+	names := make([]string, len(tailModes))
+	for i, m := range tailModes {
+		names[i] = m.name
+	}
+	return names
 }
