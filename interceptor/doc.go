@@ -80,8 +80,10 @@
 // # Errors
 //
 // A call that stormguard retried or stopped returns an *Error. Its status
-// on the wire is the downstream's own (or a fixed text when an open
-// breaker refused the call), so a message does not grow along the chain
+// on the wire is the downstream's own (or a fixed text when stormguard
+// refused the call itself: BreakerOpenMessage, ThrottledMessage; a call
+// whose context ended while it waited gets Canceled or
+// DeadlineExceeded), so a message does not grow along the chain
 // and never names an internal target; stormguard's account (attempts and
 // the reason it stopped) is in Error() and in the observer's events.
 // Return it from a handler as it is: an error that wraps it with %w is

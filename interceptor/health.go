@@ -61,7 +61,7 @@ type HealthSetter interface {
 // costs cfg.TrialFailures calls plus the clients' traffic while its two
 // changes of state reach every client (a few milliseconds for tens of
 // clients; 25-50 ms for 1 000 watch streams on two shared cores, where
-// it came to 0.16-0.24 calls per request, BENCHMARKS.md). With several backends
+// it came to 0.25 calls per request, BENCHMARKS.md "Fleet over gRPC"). With several backends
 // behind one target the balancer sends nothing to the backend that is not
 // serving and the others carry the load.
 //
@@ -96,9 +96,10 @@ type HealthSetter interface {
 // h is usually the *health.Server registered on the same grpc.Server:
 //
 //	hs := health.NewServer()
-//	healthpb.RegisterHealthServer(srv, hs)
 //	sg, err := interceptor.New(append(interceptor.Recommended(),
 //		interceptor.WithHealth(hs, admission.ServingConfig{}))...)
+//	srv := grpc.NewServer(sg.ServerOptions()...)
+//	healthpb.RegisterHealthServer(srv, hs)
 //
 // The trials run on the system clock (time.AfterFunc): cfg.Clock must be
 // nil. An invalid cfg or a nil h (a nil *health.Server too) makes New

@@ -34,8 +34,9 @@ var ErrInvalidOption = errors.New("stormguard: invalid option")
 // server interceptors; each option says which side reads it. An Option is
 // also a grpc.CallOption, so the options documented as "usable per call"
 // (WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout,
-// WithTierPolicy, WithTierPolicyConfig, WithReplayBufferSize) can be given
-// per call, where they override the interceptor's for that call:
+// WithTierPolicy, WithTierPolicyConfig, WithReplayBufferSize, and
+// WithHedging without Adaptive) can be given per call, where they
+// override the interceptor's for that call:
 //
 //	client.Pay(ctx, req, interceptor.WithMaxAttempts(1))
 //
@@ -353,8 +354,10 @@ func WithBreaker(set *breaker.Set) Option {
 	})
 }
 
-// WithPerMethodKeys keys budgets and breakers by target and method instead
-// of by target alone. The key (also Event.Target) is the target, a space
+// WithPerMethodKeys keys the per-target state (budgets or throttles,
+// breakers, adaptive throttles, hedge delays) by target and method
+// instead of by target alone: each method then finds a dead target on
+// its own, and takes a key of each set. The key (also Event.Target) is the target, a space
 // and the method, "dns:///payment:443 /pay.v1.Pay/Charge", or both quoted
 // with strconv.Quote when either holds a space or the target starts with
 // a double quote, so two different pairs never share a key. As for
