@@ -85,6 +85,15 @@ func figures(r Run, from, to time.Duration) Figures {
 		f.PaymentPerRequest = float64(pay) / float64(n)
 		f.TierCPU = time.Duration(tot.CPU / int64(n))
 	}
+	if r.Payment != nil && len(s) > 0 {
+		// The calls that reached payment in [from, to) per request that
+		// started in it, not the whole run's.
+		pay = 0
+		for _, a := range r.Payment {
+			pay += a.In(r.Start, from, to)
+		}
+		f.PaymentPerRequest = float64(pay) / float64(len(s))
+	}
 	return f
 }
 
@@ -125,7 +134,7 @@ func median(fs []Figures) Figures {
 		GoodputMax:        slices.Max(pick(fs, func(f Figures) float64 { return f.Goodput })),
 		Runs:              len(fs),
 		P99:               med(fs, func(f Figures) time.Duration { return f.P99 }),
-		P99OK:             med(fs, func(f Figures) time.Duration { return f.P99OK }),
+		P99OK:             medianOf(successP99s(fs, func(f Figures) time.Duration { return f.P99OK })),
 		Refusals:          med(fs, func(f Figures) int64 { return f.Refusals }),
 		RefusalsMax:       slices.Max(pick(fs, func(f Figures) int64 { return f.RefusalsMax })),
 		Admission:         med(fs, func(f Figures) int64 { return f.Admission }),
@@ -163,6 +172,19 @@ func medianOf[T cmp.Ordered](v []T) T {
 	v = slices.Clone(v)
 	slices.Sort(v)
 	return v[(len(v)-1)/2]
+}
+
+// successP99s returns the p99s of successes of fs that have one (a run
+// with no success has 0): the median of the others is the figure, not
+// one pulled down by a run that had none.
+func successP99s(fs []Figures, p99 func(Figures) time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, f := range fs {
+		if d := p99(f); d > 0 {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // Slice is one time slice of a load.
@@ -209,7 +231,9 @@ func medianSlices(runs [][]Slice) []Slice {
 				succ = append(succ, r[i].Success)
 			}
 			good = append(good, r[i].Goodput)
-			p99 = append(p99, r[i].P99OK)
+			if r[i].P99OK > 0 { // a run with no success has none
+				p99 = append(p99, r[i].P99OK)
+			}
 		}
 		out[i] = Slice{From: runs[0][i].From, Success: -1, Goodput: medianOf(good), P99OK: medianOf(p99)}
 		if len(succ) > 0 {

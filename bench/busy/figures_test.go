@@ -91,6 +91,47 @@ func TestFiguresAndMedian(t *testing.T) {
 	if len(m2) != 1 || m2[0].P99OK != 2*ms {
 		t.Errorf("median slices: %+v, want p99 2ms", m2)
 	}
+	// A run with no success in a slice (p99 0) has no p99 there: the
+	// median is the others', not pulled down (review of 2026-12-05).
+	m3 := medianSlices([][]Slice{{{P99OK: 0}}, {{P99OK: 900 * ms}}, {{P99OK: 1000 * ms}}})
+	if m3[0].P99OK != 900*ms && m3[0].P99OK != 1000*ms || m3[0].P99OK == 0 {
+		t.Errorf("median slices with a run without success: p99 %v, want that of a run with successes", m3[0].P99OK)
+	}
+	if m := median([]Figures{{P99OK: 0}, {P99OK: 0}, {P99OK: 5 * ms}}); m.P99OK != 5*ms {
+		t.Errorf("median p99 of successes, two runs without: %v, want 5ms", m.P99OK)
+	}
+}
+
+// With the payment arrivals of the run (overload), the calls at payment
+// per request are those of the window, not the whole run's: 100 requests
+// and calls in the first second, 1000 requests and 500 calls in the next
+// five, 0.5 per request there (review of 2026-12-05: 600/1100 read).
+func TestFiguresPaymentOfTheWindow(t *testing.T) {
+	ms := time.Millisecond
+	var s Samples
+	for i := range 100 {
+		s = append(s, Sample{Start: time.Duration(i) * 10 * ms, Latency: ms, Code: codes.OK})
+	}
+	for i := range 1000 {
+		s = append(s, Sample{Start: time.Second + time.Duration(i)*5*ms, Latency: ms, Code: codes.OK})
+	}
+	start := time.Unix(1000, 0)
+	counts := make([]int64, 6000) // 1 ms buckets from the load's start
+	for i := range 100 {
+		counts[i*10]++
+	}
+	for i := range 500 {
+		counts[1000+i*10]++
+	}
+	r := Run{Stack: baseline, Result: Result{Start: start, Length: 6 * time.Second, Samples: s,
+		Payment: []Arrivals{{Start: start, Bucket: ms, Counts: counts}}},
+		Counts: ChainCounts{Tiers: []Counts{{Received: 600}, {}, {}}, Payments: 1}}
+	if f := figures(r, time.Second, 6*time.Second); f.PaymentPerRequest != 0.5 {
+		t.Errorf("calls at payment per request in the overload: %v, want 0.5", f.PaymentPerRequest)
+	}
+	if f := figures(r, 0, time.Second); f.PaymentPerRequest != 1 {
+		t.Errorf("calls at payment per request before it: %v, want 1", f.PaymentPerRequest)
+	}
 }
 
 func TestCountCell(t *testing.T) {

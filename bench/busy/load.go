@@ -47,6 +47,10 @@ type Result struct {
 	Phases []PhaseResult
 	// Outage is what the outage scenario's schedule did; nil elsewhere.
 	Outage *Outage
+	// Payment is the arrivals series of every payment process, for the
+	// scenarios whose figures cover a part of the run (overload); nil
+	// elsewhere, where the calls at payment are the whole run's.
+	Payment []Arrivals
 }
 
 // FixedLoad sends requests at a fixed concurrency: callers each send

@@ -469,7 +469,7 @@ func (h *Harness) overload(ctx context.Context, kind int) error {
 	}
 
 	fmt.Fprintf(h.Out, "Open-loop arrivals (independent of answers, the project's own generator) at %.1fx of capacity for %v (the healthy traffic the overload meets), at each factor of capacity for %v, then %.1fx for %v; every request %s. "+
-		"Overload figures are over the requests that started in the overload; \"after\" over those that started in the first %v after it; median of %d interleaved runs.\n\n",
+		"Overload figures are over the requests that started in the overload (calls at payment: those that reached it in the overload, per request started in it); refusals and downs count the whole run; \"after\" over the requests that started in the first %v after it; median of %d interleaved runs.\n\n",
 		p.OverAfterFraction, p.OverBefore, p.OverFor, p.OverAfterFraction, p.OverAfter, deadline(p.OverDeadline), p.RecoveryWithin, h.Runs)
 	t := newTable("factor", "stack", "asked (req/s)", "reached (req/s)", "success", "goodput / capacity: median (range)", "p99 of successes", "success after", "refusals", "downs", "calls at payment / request")
 	var slices []func()
@@ -478,7 +478,12 @@ func (h *Harness) overload(ctx context.Context, kind int) error {
 		phases := []Phase{{Rate: calm, For: p.OverBefore}, {Rate: fct * capacity, For: p.OverFor}, {Rate: calm, For: p.OverAfter}}
 		start, end := p.OverBefore, p.OverBefore+p.OverFor
 		d := func(ctx context.Context, c *Chain) (Result, error) {
-			return OpenLoop(ctx, c.Addr(), phases, p.OverDeadline, h.OpenConns)
+			res, err := OpenLoop(ctx, c.Addr(), phases, p.OverDeadline, h.OpenConns)
+			if err != nil {
+				return res, err
+			}
+			res.Payment, err = c.PaymentArrivals(ctx)
+			return res, err
 		}
 		name := fmt.Sprintf("overload%s %.1fx", suffix, fct)
 		runs, err := h.runCase(ctx, name, stacks, spec, d)

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -40,7 +41,8 @@ func (s Samples) Success() float64 {
 	return float64(ok) / float64(len(s))
 }
 
-// Percentile returns the latency at quantile p in [0, 1] (nearest rank).
+// Percentile returns the latency at quantile p in [0, 1] (nearest rank:
+// the smallest latency that at least p of the samples do not exceed).
 func (s Samples) Percentile(p float64) time.Duration {
 	if len(s) == 0 {
 		return 0
@@ -50,7 +52,8 @@ func (s Samples) Percentile(p float64) time.Duration {
 		l[i] = x.Latency
 	}
 	slices.Sort(l)
-	return l[min(len(l)-1, int(p*float64(len(l))))]
+	i := int(math.Ceil(p*float64(len(l)))) - 1
+	return l[max(0, min(len(l)-1, i))]
 }
 
 // Between returns the samples that started in [from, to).

@@ -61,4 +61,40 @@ func TestRecovery(t *testing.T) {
 	if _, ok := s.Recovery(1000*ms, 1050*ms, 25*ms); ok {
 		t.Errorf("Recovery over a load that ends failing: ok, want not")
 	}
+	// The second-to-last slice is the last bad one: the users were
+	// served again in the last (review of 2026-12-05: read as never).
+	s = Samples{{Start: 1800 * ms, Code: codes.Unavailable}, {Start: 1950 * ms, Code: codes.OK}}
+	if d, ok := s.Recovery(0, 2000*ms, 100*ms); d != 1900*ms || !ok {
+		t.Errorf("Recovery, the last slice served: %v %v, want 1.9s true", d, ok)
+	}
+	if d, ok := s.Recovery(0, 2050*ms, 100*ms); d != 1900*ms || !ok { // a partial slice at the end is not one
+		t.Errorf("Recovery, a partial slice after the last: %v %v, want 1.9s true", d, ok)
+	}
+}
+
+// Percentile is the nearest rank: at least p of the samples are at or
+// below it. With 100 samples p99 is the 99th, not the largest; with 400
+// of which 4 slow, p99 is fast (review of 2026-12-05: one rank too high
+// whenever p x n was whole).
+func TestPercentileNearestRank(t *testing.T) {
+	var s Samples
+	for i := 1; i <= 100; i++ {
+		s = append(s, Sample{Latency: time.Duration(i) * time.Millisecond})
+	}
+	for p, want := range map[float64]time.Duration{0.99: 99, 0.5: 50, 1: 100, 0: 1, 0.001: 1, 0.995: 100} {
+		if got := s.Percentile(p); got != want*time.Millisecond {
+			t.Errorf("Percentile(%v) of 1..100 ms: %v, want %v", p, got, want*time.Millisecond)
+		}
+	}
+	s = nil
+	for i := range 400 {
+		l := 3 * time.Millisecond
+		if i%100 == 0 {
+			l = 100 * time.Millisecond
+		}
+		s = append(s, Sample{Latency: l})
+	}
+	if got := s.Percentile(0.99); got != 3*time.Millisecond {
+		t.Errorf("p99 of 400 with 4 slow: %v, want 3ms", got)
+	}
 }

@@ -134,12 +134,14 @@ func Sum(slices []Slice, from, to time.Duration) Slice {
 // requests succeeded; ok is false when that slice is the last one, so
 // the load ended before the users were served again.
 func (s Samples) Recovery(end, until, width time.Duration) (d time.Duration, ok bool) {
+	last := time.Duration(0) // the end of the last slice, from end
 	for from := end; from+width <= until; from += width {
+		last = from + width - end
 		if b := s.Between(from, from+width); len(b) > 0 && b.Success() < 0.99 {
-			d = from + width - end
+			d = last
 		}
 	}
-	return d, d < until-end-width
+	return d, d < last
 }
 
 // Marker reads counters at every boundary of slices of width and takes
