@@ -36,6 +36,9 @@ const (
 	// calmWindows windows in a row whose arrivals, refused ones included,
 	// do not exceed the completions end it.
 	calmWindows = 2
+	// belowShare of the most served per time during an overload: what is
+	// offered below it ends the overload (see belowPeak).
+	belowShare = 0.7
 	// rateWindows windows measure the completion rate.
 	rateWindows = 4
 	// historyWindows windows are remembered: the most requests in flight
@@ -277,7 +280,10 @@ func (c *Config) resolve() error {
 // expected <= its remaining time. Retries go first (Class). Overload
 // ends after 2 windows in a row in which arrivals, refused ones
 // included, did not exceed completions (those served, while the server
-// serves anything: see whileOverloaded).
+// serves anything), or in which what was offered, refused requests
+// included, came at less than 0.7 of the most the server served per
+// time during the overload (it had room for what it refused; see
+// whileOverloaded).
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
@@ -354,12 +360,14 @@ type Limiter struct {
 	histAt     int // index of the next one
 	growthRun  int
 	calmRun    int
-	base       int64 // nanoseconds
-	overSince  int64 // windows since the overload started
-	following  bool  // the base follows the server's latency (followService)
-	followed   int64 // windows it has followed
-	followTo   int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
-	judged     int64 // windows since the judgement started
+	belowRun   int     // windows in a row in which belowPeak held
+	peakRate   float64 // the most served per nanosecond over rateWindows windows, during this overload
+	base       int64   // nanoseconds
+	overSince  int64   // windows since the overload started
+	following  bool    // the base follows the server's latency (followService)
+	followed   int64   // windows it has followed
+	followTo   int64   // nanoseconds: the least latency the judgement saw, which the base follows up to
+	judged     int64   // windows since the judgement started
 	probing    bool
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
@@ -1081,18 +1089,54 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.checkModel(at)
 	l.followService()
 	served := l.servedLately() && l.refusedLately()
+	// The server is calm too once what is offered, refused requests
+	// included, falls well below the rate it served at during this
+	// overload, while it serves: at a low rate after an overload (a pool
+	// of 8 workers of 50 ms on average, exponential, at half its
+	// capacity), the time per completion is the time between the few
+	// requests the rule admits, and the more it refused, the longer that
+	// time, the longer the latency it expected, and the more it refused;
+	// the refusals, counted as arrivals, kept every window from being
+	// calm. It refused 80-90 % of the half load for as long as it lasted
+	// after 4 of 24 overloads (TestLowRateOverloadEnds).
+	if l.belowPeak() {
+		l.belowRun++
+	} else {
+		l.belowRun = 0
+	}
 	if calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served) {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
 	}
-	if l.calmRun >= calmWindows {
+	if l.calmRun >= calmWindows || l.belowRun >= calmWindows {
 		l.endOverload()
 		return
 	}
 	if !l.probing && l.overSince%probeEvery == 0 {
 		l.startProbe(at)
 	}
+}
+
+// belowPeak reports whether the requests offered over the last
+// rateWindows windows, refused ones included, came at less than
+// belowShare of the most the server served per time over as many
+// windows during this overload, while it served some: it had room for
+// what it refused. l.mu is held.
+func (l *Limiter) belowPeak() bool {
+	var dur, offered, served int64
+	for i := range min(rateWindows, l.histN) {
+		w := l.recent(i)
+		dur += w.dur
+		offered += w.arrived + w.refused
+		served += w.done - w.abandoned
+	}
+	if dur <= 0 {
+		return false
+	}
+	rate := float64(served) / float64(dur)
+	l.peakRate = max(l.peakRate, rate)
+	return served >= minSamples && float64(offered)/float64(dur) < belowShare*l.peakRate
 }
 
 // refusedLately reports whether the server refused a request in the
@@ -1356,7 +1400,7 @@ type judgement struct {
 func (l *Limiter) endOverload() {
 	l.overloaded.Store(false)
 	l.setThresholds()
-	l.growthRun, l.calmRun = 0, 0
+	l.growthRun, l.calmRun, l.belowRun, l.peakRate = 0, 0, 0, 0
 	if l.probing {
 		l.probing = false
 		if h := l.hold.Swap(nil); h != nil {
