@@ -92,7 +92,7 @@ func wireAdaptiveObserver(cfg *config) {
 	if cfg.observer == nil || cfg.throttles == nil {
 		return
 	}
-	for _, o := range leaves(cfg.observer, nil) {
+	for _, o := range listenerKeys(cfg.observer) {
 		if o != nil {
 			cfg.throttles.AddDownListener(o, AdaptiveObserver(o))
 		}

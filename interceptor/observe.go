@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"reflect"
 	"slices"
 	"time"
 
@@ -168,6 +169,22 @@ func Observers(os ...Observer) Observer {
 // again and again would report each change once per New.
 type multiObserver struct{ os []Observer }
 
+// listenerKeys returns the observers to register a set's listener for,
+// each keyed by itself: those inside an Observers value, so that one
+// made afresh for each New reports a change once; or o itself when one
+// of them cannot be told apart from another (a func: an Observers value
+// shared by every New then reports a change once, one made afresh once
+// per New, as before).
+func listenerKeys(o Observer) []Observer {
+	ls := leaves(o, nil)
+	for _, l := range ls {
+		if l != nil && !reflect.ValueOf(l).Comparable() {
+			return []Observer{o}
+		}
+	}
+	return ls
+}
+
 // leaves returns the observers o passes events to: o, or those inside
 // an Observers value, recursively.
 func leaves(o Observer, into []Observer) []Observer {
@@ -189,6 +206,12 @@ func (m *multiObserver) Observe(ctx context.Context, e Event) {
 
 // WithObserver reports events to o. Without it the interceptors report
 // nothing, at no cost. Client and server side.
+//
+// Give a comparable observer, such as a pointer (stormotel's and
+// stormslog's are), or an Observers value: New reports the changes of a
+// breaker or throttle set once per observer, however many interceptors
+// are built from the set. An observer that cannot be compared (a func
+// type, or a struct holding one) gets them once per New.
 func WithObserver(o Observer) Option {
 	return setupOption("WithObserver", func(c *config) error {
 		c.observer = o
@@ -222,7 +245,7 @@ func wireBreakerObserver(cfg *config) {
 	if cfg.observer == nil || cfg.breakers == nil {
 		return
 	}
-	for _, o := range leaves(cfg.observer, nil) {
+	for _, o := range listenerKeys(cfg.observer) {
 		if o != nil {
 			cfg.breakers.AddStateListener(o, BreakerObserver(o))
 		}

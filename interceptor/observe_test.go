@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,5 +214,49 @@ func TestFreshObserversReportChangesOnce(t *testing.T) {
 	}
 	if got := log.sorted(); !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// funcObserver and wrapObserver are observers a user may write: a func
+// type (not comparable) and a struct holding one in an interface field
+// (comparable by type, not by value).
+type funcObserver func(context.Context, Event)
+
+func (f funcObserver) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+type wrapObserver struct{ o Observer }
+
+func (w wrapObserver) Observe(ctx context.Context, e Event) { w.o.Observe(ctx, e) }
+
+// Observers that cannot be compared by value neither panic when New
+// keys the set's listeners by them, nor multiply: one Observers value
+// shared by every New reports a change once. (From the review of the
+// session's range, 2026-12-05: keying by the observers inside Observers
+// compared a struct holding a func, and added a func observer once per
+// New.)
+func TestIncomparableObserversReportChangesOnce(t *testing.T) {
+	var n atomic.Int32
+	count := funcObserver(func(_ context.Context, e Event) {
+		if e.Kind == EventBreakerStateChange {
+			n.Add(1)
+		}
+	})
+	for _, obs := range []Observer{Observers(count), Observers(wrapObserver{count}), wrapObserver{count}} {
+		_, direct := obs.(wrapObserver)
+		n.Store(0)
+		set := mustSet(t, breaker.Config{MinimumCalls: 1, Clock: frozen()})
+		for range 3 {
+			mustNew(t, WithObserver(obs), WithBreaker(set))
+		}
+		p, _ := set.Get("payment").Allow()
+		p.Done(breaker.Failure)
+		switch got := n.Load(); {
+		case direct && got != 3:
+			// Not comparable and given as is: nothing tells it apart from
+			// another, and each New adds a listener (documented).
+			t.Errorf("%T: the change reported %d times, want once per New", obs, got)
+		case !direct && got != 1:
+			t.Errorf("%T: the change reported %d times, want once", obs, got)
+		}
 	}
 }

@@ -26,10 +26,11 @@ type entry[F any] struct {
 // Add adds f under key. Adding under a key already present replaces that
 // function instead of adding a second, so that code that registers the
 // same listener again (one per interceptor built from one set) has it
-// called once. A nil key, or one whose type is not comparable, never
-// matches: f is always added.
+// called once. A nil key, or one that is not comparable (by its value:
+// a struct holding a func in an interface field is not, though its type
+// is), never matches: f is always added.
 func (l *List[F]) Add(key any, f F) {
-	keyed := key != nil && reflect.TypeOf(key).Comparable()
+	keyed := key != nil && reflect.ValueOf(key).Comparable()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var next []entry[F]
