@@ -36,8 +36,8 @@ const (
 	// calmWindows windows in a row whose arrivals, refused ones included,
 	// do not exceed the completions end it.
 	calmWindows = 2
-	// belowShare of the most served per time during an overload: what is
-	// offered below it ends the overload (see belowPeak).
+	// belowShare of the rate served during an overload: what is offered
+	// below it ends the overload (see belowServed).
 	belowShare = 0.7
 	// rateWindows windows measure the completion rate.
 	rateWindows = 4
@@ -281,9 +281,9 @@ func (c *Config) resolve() error {
 // ends after 2 windows in a row in which arrivals, refused ones
 // included, did not exceed completions (those served, while the server
 // serves anything), or in which what was offered, refused requests
-// included, came at less than 0.7 of the most the server served per
-// time during the overload (it had room for what it refused; see
-// whileOverloaded).
+// included, came at less than 0.7 of the rate the server served at
+// during the overload, with fewer in flight than that rate needs (it
+// had room for what it refused; see whileOverloaded).
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
@@ -360,14 +360,15 @@ type Limiter struct {
 	histAt     int // index of the next one
 	growthRun  int
 	calmRun    int
-	belowRun   int     // windows in a row in which belowPeak held
-	peakRate   float64 // the most served per nanosecond over rateWindows windows, during this overload
-	base       int64   // nanoseconds
-	overSince  int64   // windows since the overload started
-	following  bool    // the base follows the server's latency (followService)
-	followed   int64   // windows it has followed
-	followTo   int64   // nanoseconds: the least latency the judgement saw, which the base follows up to
-	judged     int64   // windows since the judgement started
+	belowRun   int   // windows in a row in which belowServed held
+	overServed int64 // successes during this overload
+	overDur    int64 // nanoseconds of this overload's windows
+	base       int64 // nanoseconds
+	overSince  int64 // windows since the overload started
+	following  bool  // the base follows the server's latency (followService)
+	followed   int64 // windows it has followed
+	followTo   int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
+	judged     int64 // windows since the judgement started
 	probing    bool
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
@@ -1091,7 +1092,7 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	served := l.servedLately() && l.refusedLately()
 	// The server is calm too once what is offered, refused requests
 	// included, falls well below the rate it served at during this
-	// overload, while it serves: at a low rate after an overload (a pool
+	// overload, while it serves and has room: at a low rate after an overload (a pool
 	// of 8 workers of 50 ms on average, exponential, at half its
 	// capacity), the time per completion is the time between the few
 	// requests the rule admits, and the more it refused, the longer that
@@ -1099,7 +1100,9 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	// the refusals, counted as arrivals, kept every window from being
 	// calm. It refused 80-90 % of the half load for as long as it lasted
 	// after 4 of 24 overloads (TestLowRateOverloadEnds).
-	if l.belowPeak() {
+	l.overServed += win.latN
+	l.overDur += win.dur
+	if l.belowServed(win) {
 		l.belowRun++
 	} else {
 		l.belowRun = 0
@@ -1118,25 +1121,29 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	}
 }
 
-// belowPeak reports whether the requests offered over the last
+// belowServed reports whether the requests offered over the last
 // rateWindows windows, refused ones included, came at less than
-// belowShare of the most the server served per time over as many
-// windows during this overload, while it served some: it had room for
-// what it refused. l.mu is held.
-func (l *Limiter) belowPeak() bool {
+// belowShare of the rate the server served at over this overload (its
+// successes over its windows' time: a mean, which bursts of completions
+// and a few short windows do not raise as a peak did), while it served
+// some lately, and whether it has room: fewer in flight, at the end of
+// win, than that rate needs without a queue (the rate times the base).
+// Then it had room for what it refused. Not failures, which a server
+// may answer faster than it serves. l.mu is held.
+func (l *Limiter) belowServed(win window) bool {
+	if l.overDur <= 0 || l.overServed == 0 {
+		return false
+	}
 	var dur, offered, served int64
 	for i := range min(rateWindows, l.histN) {
 		w := l.recent(i)
 		dur += w.dur
 		offered += w.arrived + w.refused
-		served += w.done - w.abandoned
+		served += w.latN
 	}
-	if dur <= 0 {
-		return false
-	}
-	rate := float64(served) / float64(dur)
-	l.peakRate = max(l.peakRate, rate)
-	return served >= minSamples && float64(offered)/float64(dur) < belowShare*l.peakRate
+	rate := float64(l.overServed) / float64(l.overDur) // per nanosecond
+	room := float64(win.inflight) < rate*float64(l.base)
+	return dur > 0 && served >= minSamples && room && float64(offered)/float64(dur) < belowShare*rate
 }
 
 // refusedLately reports whether the server refused a request in the
@@ -1400,7 +1407,7 @@ type judgement struct {
 func (l *Limiter) endOverload() {
 	l.overloaded.Store(false)
 	l.setThresholds()
-	l.growthRun, l.calmRun, l.belowRun, l.peakRate = 0, 0, 0, 0
+	l.growthRun, l.calmRun, l.belowRun, l.overServed, l.overDur = 0, 0, 0, 0, 0
 	if l.probing {
 		l.probing = false
 		if h := l.hold.Swap(nil); h != nil {

@@ -679,8 +679,8 @@ func TestSpreadLatencyOverloadEnds(t *testing.T) {
 // It refused 80-90 % of the half load for as long as it lasted after 4
 // of these 24 overloads (and the bench's overload-spread scenario in
 // about 1 of 4 runs). What is offered, refused requests included, well
-// below the most the server served per time in the overload now ends
-// it: the server had room for what it refused.
+// below the rate the server served at over the overload, with room in
+// flight, now ends it: the server had room for what it refused.
 func TestLowRateOverloadEnds(t *testing.T) {
 	const workers, mean = 8, 50 * time.Millisecond
 	capacity := float64(workers) / mean.Seconds()
@@ -840,6 +840,48 @@ func TestTrialEndsAStaleOverload(t *testing.T) {
 		// a trial is due (4 mean latencies, at least maxWindows windows).
 		if refused, served, _ := s.in(3100*time.Millisecond, 5*time.Second); refused != 0 {
 			t.Errorf("seed %d: %d of %d refused from 100 ms after the dependency answered again", seed, refused, refused+served)
+		}
+	}
+}
+
+// Completions that come in bursts (a CPU-bound pool, a pause of the
+// process) while arrivals go on at twice the rate served do not end the
+// overload: the rate they are compared with is the overload's mean, not
+// the most served over a few windows, which a burst raised past what
+// was offered. (From the review of 2026-12-05, against the first form
+// of the rule: it ended here.)
+func TestBurstyCompletionsKeepOverload(t *testing.T) {
+	l, err := New(Config{Clock: newTimerClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.base = int64(50 * time.Millisecond)
+	l.overloaded.Store(true)
+	at := int64(0)
+	push := func(done int64) {
+		const dur = int64(20 * time.Millisecond)
+		at += dur
+		w := window{dur: dur, arrived: 3, refused: 4, done: done, latN: done, latSum: done * l.base, inflight: 8, over: true}
+		l.hist[l.histAt] = w
+		l.histAt = (l.histAt + 1) % historyWindows
+		l.histN = min(l.histN+1, historyWindows)
+		l.whileOverloaded(w, at)
+	}
+	for range 10 {
+		push(3) // 350/s offered, 150/s served
+	}
+	for i, d := range []int64{22, 0, 22, 0} {
+		push(d)
+		if !l.overloaded.Load() {
+			t.Fatalf("the overload ended in the burst's window %d", i+1)
+		}
+	}
+	for i := range 10 {
+		push(3)
+		if !l.overloaded.Load() {
+			t.Fatalf("the overload ended %d windows after the burst", i+1)
 		}
 	}
 }
