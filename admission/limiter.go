@@ -1092,14 +1092,16 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	served := l.servedLately() && l.refusedLately()
 	// The server is calm too once what is offered, refused requests
 	// included, falls well below the rate it served at during this
-	// overload, while it serves and has room: at a low rate after an overload (a pool
-	// of 8 workers of 50 ms on average, exponential, at half its
-	// capacity), the time per completion is the time between the few
-	// requests the rule admits, and the more it refused, the longer that
-	// time, the longer the latency it expected, and the more it refused;
-	// the refusals, counted as arrivals, kept every window from being
-	// calm. It refused 80-90 % of the half load for as long as it lasted
-	// after 4 of 24 overloads (TestLowRateOverloadEnds).
+	// overload, while it serves and has room: at a low rate after an
+	// overload (a pool of 8 workers of 50 ms on average, exponential, at
+	// half its capacity), the time per completion is the time between
+	// the few requests the rule admits, and the more it refused, the
+	// longer that time, the longer the latency it expected, and the more
+	// it refused; the refusals, counted as arrivals, kept every window
+	// from being calm. It refused 80-90 % of the half load for as long as
+	// it lasted after 4 of 24 overloads (TestLowRateOverloadEnds). The
+	// room tells it from a server that became slower and keeps its queue
+	// (TestSlowerServerKeepsOverload).
 	l.overServed += win.latN
 	l.overDur += win.dur
 	if l.belowServed(win) {
@@ -1125,7 +1127,7 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 // rateWindows windows, refused ones included, came at less than
 // belowShare of the rate the server served at over this overload (its
 // successes over its windows' time: a mean, which bursts of completions
-// and a few short windows do not raise as a peak did), while it served
+// and long windows move little), while it served
 // some lately, and whether it has room: fewer in flight, at the end of
 // win, than that rate needs without a queue (the rate times the base).
 // Then it had room for what it refused. Not failures, which a server

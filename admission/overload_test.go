@@ -844,6 +844,77 @@ func TestTrialEndsAStaleOverload(t *testing.T) {
 	}
 }
 
+// pushOverloaded returns a function that ends a window of 20 ms (or
+// dur) of an overloaded l, with the arrivals, refusals, successes and
+// requests in flight given; l.mu is held by the caller.
+func pushOverloaded(l *Limiter) func(dur, arrived, refused, done, inflight int64) {
+	at := int64(0)
+	return func(dur, arrived, refused, done, inflight int64) {
+		at += dur
+		w := window{dur: dur, arrived: arrived, refused: refused, done: done, latN: done, latSum: done * l.base, inflight: inflight, over: true}
+		l.hist[l.histAt] = w
+		l.histAt = (l.histAt + 1) % historyWindows
+		l.histN = min(l.histN+1, historyWindows)
+		l.whileOverloaded(w, at)
+	}
+}
+
+// overloadedLimiter returns an overloaded Limiter whose base is 50 ms,
+// with its lock held until the test ends.
+func overloadedLimiter(t *testing.T) *Limiter {
+	t.Helper()
+	l, err := New(Config{Clock: newTimerClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	t.Cleanup(l.mu.Unlock)
+	l.base = int64(50 * time.Millisecond)
+	l.overloaded.Store(true)
+	return l
+}
+
+// A window that lasted long with few events (a pause of the process, a
+// clock that stepped forward) makes what is offered look slow for a few
+// windows; it slows the overload's mean served rate as much, and does
+// not end the overload (the most served over a few windows, the first
+// form of the rule, did not slow with it).
+func TestLongWindowKeepsOverload(t *testing.T) {
+	l := overloadedLimiter(t)
+	push := pushOverloaded(l)
+	const ms = int64(time.Millisecond)
+	for range 10 {
+		push(20*ms, 3, 4, 3, 20) // 350/s offered, 150/s served, 20 in flight
+	}
+	push(time.Second.Nanoseconds(), 3, 4, 3, 20)
+	for i := range 4 {
+		push(20*ms, 3, 4, 3, 20)
+		if !l.overloaded.Load() {
+			t.Fatalf("the overload ended %d windows after a long one, with 20 in flight", i+1)
+		}
+	}
+}
+
+// A server that became slower during the overload (a fifth of the rate
+// it served, still below what is offered) keeps its queue full: what is
+// offered falls below the overload's mean served rate, but the requests
+// in flight are more than that rate needs without a queue, and the
+// overload goes on.
+func TestSlowerServerKeepsOverload(t *testing.T) {
+	l := overloadedLimiter(t)
+	push := pushOverloaded(l)
+	const ms = int64(time.Millisecond)
+	for range 100 {
+		push(20*ms, 3, 4, 3, 20) // 350/s offered, 150/s served, 20 in flight, for 2 s
+	}
+	for i := range 6 {
+		push(100*ms, 1, 4, 2, 20) // 50/s offered, 20/s served, 20 in flight
+		if !l.overloaded.Load() {
+			t.Fatalf("the overload ended %d windows after the server slowed, with 20 in flight", i+1)
+		}
+	}
+}
+
 // Completions that come in bursts (a CPU-bound pool, a pause of the
 // process) while arrivals go on at twice the rate served do not end the
 // overload: the rate they are compared with is the overload's mean, not
@@ -851,24 +922,9 @@ func TestTrialEndsAStaleOverload(t *testing.T) {
 // was offered. (From the review of 2026-12-05, against the first form
 // of the rule: it ended here.)
 func TestBurstyCompletionsKeepOverload(t *testing.T) {
-	l, err := New(Config{Clock: newTimerClock()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.base = int64(50 * time.Millisecond)
-	l.overloaded.Store(true)
-	at := int64(0)
-	push := func(done int64) {
-		const dur = int64(20 * time.Millisecond)
-		at += dur
-		w := window{dur: dur, arrived: 3, refused: 4, done: done, latN: done, latSum: done * l.base, inflight: 8, over: true}
-		l.hist[l.histAt] = w
-		l.histAt = (l.histAt + 1) % historyWindows
-		l.histN = min(l.histN+1, historyWindows)
-		l.whileOverloaded(w, at)
-	}
+	l := overloadedLimiter(t)
+	next := pushOverloaded(l)
+	push := func(done int64) { next(int64(20*time.Millisecond), 3, 4, done, 8) }
 	for range 10 {
 		push(3) // 350/s offered, 150/s served
 	}

@@ -93,9 +93,7 @@ func wireAdaptiveObserver(cfg *config) {
 		return
 	}
 	for _, o := range listenerKeys(cfg.observer) {
-		if o != nil {
-			cfg.throttles.AddDownListener(o, AdaptiveObserver(o))
-		}
+		cfg.throttles.AddDownListener(o, AdaptiveObserver(o))
 	}
 }
 

@@ -178,18 +178,21 @@ type multiObserver struct{ os []Observer }
 func listenerKeys(o Observer) []Observer {
 	ls := leaves(o, nil)
 	for _, l := range ls {
-		if l != nil && !reflect.ValueOf(l).Comparable() {
+		if !reflect.ValueOf(l).Comparable() {
 			return []Observer{o}
 		}
 	}
 	return ls
 }
 
-// leaves returns the observers o passes events to: o, or those inside
-// an Observers value, recursively.
+// leaves returns the observers o passes events to, nil ones left out: o,
+// or those inside an Observers value, recursively.
 func leaves(o Observer, into []Observer) []Observer {
 	m, ok := o.(*multiObserver)
 	if !ok || m == nil {
+		if o == nil {
+			return into
+		}
 		return append(into, o)
 	}
 	for _, o := range m.os {
@@ -246,9 +249,7 @@ func wireBreakerObserver(cfg *config) {
 		return
 	}
 	for _, o := range listenerKeys(cfg.observer) {
-		if o != nil {
-			cfg.breakers.AddStateListener(o, BreakerObserver(o))
-		}
+		cfg.breakers.AddStateListener(o, BreakerObserver(o))
 	}
 }
 

@@ -97,8 +97,8 @@
 // not kept per method (breaker transitions, AdaptiveMetrics' counters)
 // report at most MaxTargets targets under their own names, the later
 // ones as "_OTHER": a counter keeps a series for every target it ever
-// saw, where the sets cap only the targets they hold at once. The
+// saw, where the sets cap only the targets they hold at once. Each
 // cache is filled first come, first served and never shrinks: a process
-// whose targets churn reports its later ones as "_OTHER", client and
-// server methods alike (they share MaxMethods).
+// whose targets churn reports its later ones as "_OTHER" (the server's
+// methods have a cache of their own).
 package stormotel

@@ -2,10 +2,8 @@ package stormotel
 
 import (
 	"context"
-	"maps"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -80,13 +78,11 @@ type Metrics struct {
 	throttleTokens  metric.Float64ObservableGauge
 	reg             metric.Registration
 
-	// methods maps a target and full method to their attributes. It is
-	// replaced, never changed, so that Observe reads it without a lock; mu
-	// serializes the replacements.
-	methods atomic.Pointer[map[attrKey]*methodAttrs]
-	mu      sync.Mutex
-	nServer int          // server methods in methods; guarded by mu
-	nClient int          // client target and method pairs in methods; guarded by mu
+	// The attributes of the server's full methods and of the client's
+	// target and method pairs, capped apart, so that a client whose
+	// targets churn leaves the server's names alone.
+	server  capped[string, *methodAttrs]
+	client  capped[attrKey, *methodAttrs]
 	other   *methodAttrs // for client pairs past MaxMethods
 	otherSv *methodAttrs // for server methods past MaxMethods
 	targets targetAttrs  // for the breaker transitions
@@ -154,8 +150,6 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	empty := map[attrKey]*methodAttrs{}
-	m.methods.Store(&empty)
 	m.other = newMethodAttrs(otherValue, otherValue)
 	m.otherSv = newMethodAttrs("", otherValue)
 	return m, nil
@@ -325,35 +319,17 @@ func splitMethod(fullMethod string) (service, method string, ok bool) {
 // attrs returns the attribute sets of target (empty for server events)
 // and fullMethod, creating them on first use.
 func (m *Metrics) attrs(target, fullMethod string) *methodAttrs {
-	k := attrKey{target, fullMethod}
-	if a, ok := (*m.methods.Load())[k]; ok {
-		return a
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	old := *m.methods.Load()
-	if a, ok := old[k]; ok {
-		return a
-	}
-	// The server's methods and the client's pairs are capped apart, so
-	// that a client whose targets churn leaves the server's names alone.
-	n := &m.nClient
 	if target == "" {
-		n = &m.nServer
-	}
-	if *n >= MaxMethods {
-		if target == "" {
-			return m.otherSv
+		if a, ok := m.server.load(fullMethod); ok {
+			return a
 		}
-		return m.other
+		return m.server.add(fullMethod, MaxMethods, m.otherSv, func() *methodAttrs { return newMethodAttrs("", fullMethod) })
 	}
-	*n++
-	a := newMethodAttrs(target, fullMethod)
-	next := make(map[attrKey]*methodAttrs, len(old)+1)
-	maps.Copy(next, old)
-	next[k] = a
-	m.methods.Store(&next)
-	return a
+	k := attrKey{target, fullMethod}
+	if a, ok := m.client.load(k); ok {
+		return a
+	}
+	return m.client.add(k, MaxMethods, m.other, func() *methodAttrs { return newMethodAttrs(target, fullMethod) })
 }
 
 // Reasons, as stormguard.reason values, indexed by reasonIndex.
