@@ -71,7 +71,9 @@ type Config struct {
 	// Hold is how long a caller refused because the target is down may
 	// wait for it to come back (Throttle.Back) before it fails: the
 	// interceptor holds a refused first attempt that long, within the
-	// caller's deadline, and sends it if the target is back meanwhile. A
+	// caller's deadline (ending an eighth of the time left before it, at
+	// least 2 ms, so that the refusal reaches the callers above in time),
+	// and sends it if the target is back meanwhile. A
 	// caller at a fixed concurrency (a load test, a worker pool) would
 	// otherwise spin on refusals of microseconds, thousands a second per
 	// caller, and once the target is back fail a burst of requests

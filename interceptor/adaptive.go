@@ -206,10 +206,17 @@ func (g *throttleGuard) answered(*call, *attempt) {
 // at a fixed concurrency so waits instead of spinning on refusals, and
 // after the outage its request goes out instead of failing before the
 // first probe or health trial.
+//
+// A hold within the deadline ends holdMargin early (an eighth of the
+// time left, at least 2 ms), so that the refusal reaches the callers
+// above before their deadline, which is the same: held until it, every
+// tier of the chain would fail with DEADLINE_EXCEEDED, and a caller with
+// a deadline shorter than the hold would read a dead target as a slow one.
 func (c *call) holdDown(t *adaptive.Throttle) bool {
 	d := t.Hold()
 	if dl, ok := c.ctx.Deadline(); ok {
-		d = min(d, time.Until(dl))
+		left := time.Until(dl)
+		d = min(d, left-holdMargin(left))
 	}
 	if d <= 0 {
 		return false
@@ -221,6 +228,12 @@ func (c *call) holdDown(t *adaptive.Throttle) bool {
 		reportConn(t, c.conn)
 	}
 	return !t.Down()
+}
+
+// holdMargin is how long before the caller's deadline, left away, a hold
+// ends (see holdDown).
+func holdMargin(left time.Duration) time.Duration {
+	return max(2*time.Millisecond, left/8)
 }
 
 // holdCtx waits for d, back to close, or ctx to end, whichever comes

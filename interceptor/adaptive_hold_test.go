@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/internal/clock"
 )
@@ -91,6 +94,46 @@ func TestHoldThenRefused(t *testing.T) {
 	_ = i.UnaryClient()(short, "/svc/M", nil, nil, newCC(t), inv.invoke)
 	if len(holds) != 1 || holds[0] > 50*time.Millisecond {
 		t.Fatalf("holds %v with 50 ms left, want one within the deadline", holds)
+	}
+}
+
+// A hold within the caller's deadline ends an eighth of the time left
+// before it (at least 2 ms), so that the refusal, UNAVAILABLE, reaches
+// the callers above before their deadline (the same): held until it,
+// a caller with a deadline shorter than the hold got DEADLINE_EXCEEDED
+// from every tier, a dead target read as a slow one. With less than
+// the margin left, the call is refused at once.
+func TestHoldEndsBeforeDeadline(t *testing.T) {
+	var holds []time.Duration
+	i, _, inv := downTarget(t, 0, withHold(func(_ context.Context, d time.Duration, _ <-chan struct{}) error {
+		holds = append(holds, d)
+		return nil // the hold ran out: the target is still down
+	}))
+	for _, tc := range []struct {
+		left     time.Duration
+		min, max time.Duration // of the hold; max 0: none
+	}{
+		{left: time.Second, min: adaptive.DefaultHold, max: adaptive.DefaultHold},
+		{left: 100 * time.Millisecond, min: 80 * time.Millisecond, max: 88 * time.Millisecond}, // 100 - 12.5
+		{left: 10 * time.Millisecond, min: 5 * time.Millisecond, max: 8 * time.Millisecond},    // 10 - 2
+		{left: 2 * time.Millisecond},
+	} {
+		holds = nil
+		ctx, cancel := context.WithTimeout(context.Background(), tc.left)
+		err := i.UnaryClient()(ctx, "/svc/M", nil, nil, newCC(t), inv.invoke)
+		cancel()
+		if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != ThrottledMessage {
+			t.Errorf("%v left: got %v, want UNAVAILABLE %q", tc.left, err, ThrottledMessage)
+		}
+		switch {
+		case tc.max == 0 && len(holds) != 0:
+			t.Errorf("%v left: held %v, want refused at once", tc.left, holds)
+		case tc.max > 0 && (len(holds) != 1 || holds[0] < tc.min || holds[0] > tc.max):
+			t.Errorf("%v left: holds %v, want one in [%v, %v]", tc.left, holds, tc.min, tc.max)
+		}
+	}
+	if len(inv.seen) != 0 {
+		t.Fatalf("%d attempts reached the down target, want none", len(inv.seen))
 	}
 }
 
