@@ -355,12 +355,17 @@ func TestInvalidOptions(t *testing.T) {
 		{"nil limiter", WithLimiter(nil)},
 		{"nil policy", WithTierPolicy(nil)},
 		{"bad policy config", WithTierPolicyConfig(TierPolicyConfig{AttemptsByDepth: []int{0}})},
+		{"typed nil limiter", WithLimiter(func() budget.Limiter { return (*budget.Budget)(nil) })},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New(tt.opt)
 			if !errors.Is(err, ErrInvalidOption) {
 				t.Fatalf("New: got %v, want ErrInvalidOption", err)
+			}
+			// The message names the option, once prefixed.
+			if m := err.Error(); !strings.Contains(m, "With") || strings.Count(m, "stormguard:") != 1 {
+				t.Errorf("New: %q, want the option named and one prefix", m)
 			}
 			// The convenience constructors fail calls instead.
 			f := &fakeInvoker{results: []error{nil}}

@@ -83,9 +83,13 @@
 // on the wire is the downstream's own (or a fixed text when stormguard
 // refused the call itself: BreakerOpenMessage, ThrottledMessage; a call
 // whose context ended while it waited gets Canceled or
-// DeadlineExceeded), so a message does not grow along the chain
-// and never names an internal target; stormguard's account (attempts and
-// the reason it stopped) is in Error() and in the observer's events.
+// DeadlineExceeded), so a message does not grow along the chain, and
+// stormguard's own texts name no target; a downstream's message passes
+// as it is, including grpc-go's for a connection that failed at the
+// calling tier, which names the address it dialed (SECURITY.md: map
+// errors at the edge if callers must not see them). stormguard's account
+// (attempts and the reason it stopped) is in Error() and in the
+// observer's events.
 // Return it from a handler as it is: an error that wraps it with %w is
 // sent with its Error() string as the message.
 //

@@ -99,8 +99,9 @@ var ErrBudgetExhausted = budget.ErrRefused
 // DeadlineExceeded), which is why the call ended.
 // When no attempt was made (an open breaker or the adaptive throttle
 // refused the first one), the status is codes.Unavailable with the fixed
-// message BreakerOpenMessage or ThrottledMessage, which name no target:
-// internal addresses never reach a caller.
+// message BreakerOpenMessage or ThrottledMessage, which name no target.
+// (An attempt's own message is the downstream's, or grpc-go's when the
+// connection failed, which names the address it dialed: see SECURITY.md.)
 //
 // Its Go error string (Error) adds stormguard's account, for logs: the
 // number of attempts and why retrying stopped; the target is in the

@@ -131,13 +131,17 @@ func WithHealth(h HealthSetter, cfg admission.ServingConfig, services ...string)
 	})
 }
 
-// isNil reports whether h is nil, or a nil pointer in an interface.
-func isNil(h HealthSetter) bool {
-	if h == nil {
+// isNil reports whether v is nil, or a nil pointer or func in an
+// interface (a typed nil), whose methods would panic at the first call.
+func isNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	v := reflect.ValueOf(h)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Func:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // Serving returns the server's health tracker (WithHealth), or nil, to

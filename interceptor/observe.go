@@ -3,7 +3,6 @@ package interceptor
 import (
 	"context"
 	"reflect"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -157,9 +156,16 @@ type Observer interface {
 }
 
 // Observers returns an Observer that passes every event to each of os in
-// turn, for using several (metrics and logs) at once.
+// turn, for using several (metrics and logs) at once. Nil ones are left
+// out.
 func Observers(os ...Observer) Observer {
-	return &multiObserver{os: slices.Clone(os)}
+	m := &multiObserver{os: make([]Observer, 0, len(os))}
+	for _, o := range os {
+		if o != nil {
+			m.os = append(m.os, o)
+		}
+	}
+	return m
 }
 
 // multiObserver is a pointer, so that the Observer it makes is comparable
@@ -215,8 +221,17 @@ func (m *multiObserver) Observe(ctx context.Context, e Event) {
 // breaker or throttle set once per observer, however many interceptors
 // are built from the set. An observer that cannot be compared (a func
 // type, or a struct holding one) gets them once per New.
+//
+// WithObserver(nil) means none. A nil pointer or func (a typed nil, such
+// as a *stormotel.Metrics never assigned), given alone or inside
+// Observers, makes New fail.
 func WithObserver(o Observer) Option {
 	return setupOption("WithObserver", func(c *config) error {
+		for _, l := range leaves(o, nil) {
+			if isNil(l) {
+				return invalid("WithObserver: a nil %T", l)
+			}
+		}
 		c.observer = o
 		return nil
 	})

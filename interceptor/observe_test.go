@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
@@ -258,5 +259,37 @@ func TestIncomparableObserversReportChangesOnce(t *testing.T) {
 		case !direct && got != 1:
 			t.Errorf("%T: the change reported %d times, want once", obs, got)
 		}
+	}
+}
+
+// A nil pointer or func given as an observer (a typed nil, such as a
+// *stormotel.Metrics never assigned) makes New fail, where it passed and
+// panicked at the first event, which a handler's call would raise in the
+// server; a nil Observer inside Observers is left out, as WithObserver(nil)
+// means none. (From a new-user trial, 2026-12-05.)
+func TestNilObservers(t *testing.T) {
+	var nilRec *recorder
+	var nilFunc funcObserver
+	for name, o := range map[string]Observer{
+		"typed nil":                  nilRec,
+		"nil func":                   nilFunc,
+		"typed nil inside Observers": Observers(&recorder{}, nilRec),
+		"nil Observers value":        (*multiObserver)(nil),
+	} {
+		if _, err := New(WithObserver(o)); !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("%s: New: %v, want ErrInvalidOption", name, err)
+		}
+	}
+	log := &eventLog{}
+	i, err := New(WithObserver(Observers(nil, named{log, "a"})), WithCodes(codes.Unavailable))
+	if err != nil {
+		t.Fatalf("New with a nil Observer inside Observers: %v", err)
+	}
+	inv := &fakeInvoker{results: []error{status.Error(codes.Unavailable, "x"), nil}}
+	if err := i.UnaryClient()(ctxTimeout(t, 10*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke); err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	if len(log.sorted()) == 0 {
+		t.Fatal("no event reached the observer next to the nil one")
 	}
 }

@@ -327,8 +327,12 @@ func withLimiters(name string, newLimiter func() (budget.Limiter, error)) Option
 	// Build one now, so that an invalid configuration is reported by New
 	// rather than on the first call.
 	l, err := newLimiter()
-	if err == nil && l == nil {
+	switch {
+	case err != nil:
+	case l == nil:
 		err = errors.New("the limiter constructor returned nil")
+	case isNil(l):
+		err = fmt.Errorf("the limiter constructor returned a nil %T", l)
 	}
 	set := newLimiterSet(newLimiter, maxLimiterKeys)
 	return setupOption(name, func(c *config) error {

@@ -258,12 +258,12 @@ func (p TierPolicyConfig) Policy() (TierPolicy, error) {
 }
 
 // WithTierPolicyConfig is WithTierPolicy for the declarative form; an
-// invalid p makes New fail.
+// invalid p makes New fail. Client side; usable per call.
 func WithTierPolicyConfig(p TierPolicyConfig) Option {
 	policy, err := p.Policy()
 	return Option{apply: func(c *config) error {
 		if err != nil {
-			return invalid("%v", err)
+			return invalid("WithTierPolicyConfig: %s", strings.TrimPrefix(err.Error(), "stormguard: "))
 		}
 		c.policy = policy
 		return nil

@@ -21,7 +21,7 @@ const DefaultReplayBufferSize = 256 << 10
 // WithReplayBufferSize sets how many bytes of sent messages a stream keeps
 // for replay until it commits; a stream that sends more commits at once
 // and is not retried after that. Default DefaultReplayBufferSize (256 KiB).
-// Client side, streams only.
+// Client side, streams only; usable per call.
 func WithReplayBufferSize(n int) Option {
 	return Option{apply: func(c *config) error {
 		if n < 0 {
