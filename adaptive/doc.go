@@ -52,7 +52,9 @@
 //     1000 requests/s reaches that in 8 ms; at 30 % random failures it
 //     happens to about one failure in 5000), while p > 0, and, for a
 //     client too quiet to see accepts between its attempts, after 2
-//     failures in a row with nothing accepted for DownAfter: a quiet
+//     failures in a row, the last DownAfter or more after the last
+//     accept (measured to the failure, so that a backoff waited before
+//     the retry does not turn an allowed retry into a refusal): a quiet
 //     client retries a lone failure only (two attempts: 91 % success at
 //     30 % random failures). A retry into a failing target is what
 //     multiplies load, and it cannot win capacity that the first attempts

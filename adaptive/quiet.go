@@ -27,15 +27,23 @@ func (t *Throttle) enoughEvidence() bool {
 const quietRunMin = 2
 
 // quietRun reports whether a retry is refused because the target has
-// failed twice in a row or more and accepted nothing for DownAfter. A
-// client too quiet to see accepts between its attempts retries only a
-// lone failure (two attempts: 91 % success at 30 % random failures), so
-// that a dead target behind a ready connection gets one retry per
-// replica, not one per request until downRun failures have come. A busy
-// client sees accepts within DownAfter and keeps its retries up to
-// retryRun. t.mu is held.
-func (t *Throttle) quietRun(el int64) bool {
-	return t.accepted && t.run >= quietRunMin && el-t.lastAccept >= int64(t.cfg.DownAfter)
+// failed twice in a row or more, the last failure DownAfter or more
+// after the last accept. A client too quiet to see accepts between its
+// attempts retries only a lone failure (two attempts: 91 % success at
+// 30 % random failures), so that a dead target behind a ready
+// connection gets one retry per replica, not one per request until
+// downRun failures have come. A busy client sees accepts within
+// DownAfter and keeps its retries up to retryRun.
+//
+// The silence is measured to the last failure, not to now: a caller
+// asks before it waits its backoff (RetryAllowed) and again after it
+// (Allow), and a backoff that itself carried the silence past DownAfter
+// refused, after the wait, a retry that the first answer allowed (a
+// client sending one call after another, whose target failed twice:
+// the second retry waited up to 100 ms and was refused in a third of
+// the calls). t.mu is held.
+func (t *Throttle) quietRun() bool {
+	return t.accepted && t.run >= quietRunMin && t.lastFail-t.lastAccept >= int64(t.cfg.DownAfter)
 }
 
 // probeNeed is the probe credit the next probe of a down target needs.

@@ -202,6 +202,26 @@ func TestQuietRetry(t *testing.T) {
 	}
 }
 
+// The silence that makes a client quiet ends at its last failure: a
+// backoff waited between RetryAllowed and Allow does not add to it. A
+// client sending one call after another, whose target failed twice right
+// after an accept, was allowed its second retry before the backoff and
+// refused it after (in a third of such calls, from a new-user trial).
+func TestQuietRetryAfterBackoff(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	clk.Advance(ms)
+	attempt(th, false, Overload)
+	attempt(th, true, Overload)
+	if !th.RetryAllowed() {
+		t.Fatal("second retry refused 1 ms after an accept")
+	}
+	clk.Advance(100 * ms) // the backoff before the second retry
+	if _, err := th.Allow(true); err != nil {
+		t.Fatalf("second retry after its backoff: %v, want allowed as before the wait", err)
+	}
+}
+
 // A target down on a run of failures behind a ready connection may be a
 // false alarm: its first probe is the first request after the jittered
 // gap, and each later probe needs twice the credit of the one before, up

@@ -228,8 +228,8 @@ func (t *Throttle) publish(el int64) {
 	w := t.gen << 1
 	if !t.down && t.run < quietRunMin && t.p == 0 {
 		// From quietRunMin failures in a row on, whether a retry passes
-		// depends on the time since the last accept (quietRun): Allow
-		// must look.
+		// depends on the time from the last accept to the last failure
+		// (quietRun): Allow must look.
 		w |= 1
 	}
 	t.word.Store(w)
@@ -285,7 +285,7 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 	}
 	t.publish(el)
 	p := t.p
-	if retry && (t.failingRun(el) || p > 0 || t.quietRun(el)) {
+	if retry && (t.failingRun(el) || p > 0 || t.quietRun()) {
 		t.stats.RetriesRefused++
 		t.mu.Unlock()
 		return Permit{}, ErrThrottled
@@ -331,7 +331,7 @@ func (t *Throttle) RetryAllowed() bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && !t.failingRun(el) && !t.quietRun(el) && t.probability(el) == 0
+	return !t.down && !t.failingRun(el) && !t.quietRun() && t.probability(el) == 0
 }
 
 // Healthy reports whether the target is up, has accepted an attempt,

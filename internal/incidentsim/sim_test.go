@@ -231,7 +231,7 @@ func TestTradeoffs(t *testing.T) {
 	if err := Tradeoffs(&b, 1); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| 3 | 19.6 % | 19.5 % | -0.10 pt |", "| 0.05 | +0.036 | 50ms | +0.075 | 150ms |", "| 0.02 |", "| 0.10 |"} {
+	for _, want := range []string{"| 3 | 19.6 % | 19.5 % | -0.10 pt |", "| 0.05 | +0.036 | 50ms | +0.075 | 300ms |", "| 0.02 |", "| 0.10 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("tables lack %q:\n%s", want, b.String())
 		}
