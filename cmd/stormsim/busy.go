@@ -399,10 +399,12 @@ func runBusy(ctx context.Context, ic incidentConfig, ms []mode, p progress) (bus
 	if ic.scenario == scenarioOverload {
 		factors = ic.factors
 	}
+	var stopped error // an interrupt: what finished is still printed
+run:
 	for _, f := range factors {
 		for _, m := range ms {
-			if err := ctx.Err(); err != nil {
-				return out, err
+			if stopped = ctx.Err(); stopped != nil {
+				break run
 			}
 			if f > 0 {
 				p.phase(m.name, fmt.Sprintf("%gx", f))
@@ -423,7 +425,7 @@ func runBusy(ctx context.Context, ic incidentConfig, ms []mode, p progress) (bus
 	out.notes = append(out.notes,
 		"refused: attempts stormguard declined, each once, over every process: admission refusals, throttled attempts, retries the throttle, the budget or an open breaker denied; down: targets the throttle marked down, and breakers opened. - : no stormguard in the mode.",
 		"ok/s: OK answers that arrived in the slice (the last: until the last request ended), per second of the slice; the other columns: the requests that started in it.")
-	return out, nil
+	return out, stopped
 }
 
 // runBusyMode runs one mode of a busy scenario on a fresh chain (at

@@ -198,13 +198,12 @@ func incidentDemo(ctx context.Context, scenario, modesFlag string, seed uint64, 
 	if b != nil {
 		b.finish()
 	}
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return writeSlicedJSON(stdout, r)
-	}
-	return writeSliced(stdout, r)
+	return printFinished(ctx, err, len(r.Columns), func() error {
+		if asJSON {
+			return writeSlicedJSON(stdout, r)
+		}
+		return writeSliced(stdout, r)
+	})
 }
 
 // checkBusyConfig applies the flags that only the busy scenarios read to
@@ -255,11 +254,10 @@ func busyDemo(ctx context.Context, ic incidentConfig, modesFlag string, asJSON b
 	if b != nil {
 		b.finish()
 	}
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		return writeBusyJSON(stdout, r)
-	}
-	return writeBusy(stdout, r)
+	return printFinished(ctx, err, len(r.Columns), func() error {
+		if asJSON {
+			return writeBusyJSON(stdout, r)
+		}
+		return writeBusy(stdout, r)
+	})
 }

@@ -33,6 +33,10 @@ func main() {
 	if errors.Is(err, flag.ErrHelp) {
 		return
 	}
+	if errors.Is(err, errInterrupted) {
+		fmt.Fprintln(os.Stderr, "stormsim:", err)
+		os.Exit(130) // as a shell reports a process ended by Ctrl-C
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stormsim:", err)
 		os.Exit(1)
@@ -40,16 +44,43 @@ func main() {
 }
 
 // quitOnSecondSignal waits for the first Ctrl-C (ctx done), says that
-// the run in progress finishes first (a scenario's run ends by itself,
-// after its phases; serve and load stop at once), and gives the signals
-// back, so that a second Ctrl-C ends the process. It returns when ctx is
-// done, as at the end of main.
+// what has finished is printed once the run in progress stops (the
+// demo's stops at once; a scenario's ends by itself, after its phases;
+// serve and load stop at once), and gives the signals back, so that a
+// second Ctrl-C ends the process. It returns when ctx is done, as at the
+// end of main.
 func quitOnSecondSignal(ctx context.Context, stop func(), stderr io.Writer) {
 	<-ctx.Done()
 	stop()
 	if context.Cause(ctx) != context.Canceled { // a signal, not main's own stop
-		fmt.Fprintln(stderr, "stormsim: interrupted: stopping after the run in progress (Ctrl-C again to quit now)")
+		fmt.Fprintln(stderr, "stormsim: interrupted: printing what has finished once the run in progress stops (Ctrl-C again to quit now)")
 	}
+}
+
+// errInterrupted ends a demo or scenario that a Ctrl-C stopped, after
+// what finished before it is printed; main exits with status 130.
+var errInterrupted = errors.New("interrupted")
+
+// printFinished prints the results of a run that err ended, through
+// print: all of them when err is nil; when an interrupt (ctx done)
+// stopped it after n runs finished, those, and then it returns
+// errInterrupted; any other error is returned as it is, with nothing
+// printed.
+func printFinished(ctx context.Context, err error, n int, print func() error) error {
+	stopped := err != nil && ctx.Err() != nil
+	switch {
+	case err != nil && !stopped:
+		return err
+	case stopped && n == 0:
+		return errInterrupted
+	}
+	if err := print(); err != nil {
+		return err
+	}
+	if stopped {
+		return errInterrupted
+	}
+	return nil
 }
 
 // run runs the subcommand that args name, or the demo.
@@ -192,16 +223,13 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if b != nil {
 		b.finish()
 	}
-	if err != nil {
-		return err
-	}
-
-	if *asJSON {
-		if err := writeJSON(stdout, rs); err != nil {
-			return err
+	if err := printFinished(ctx, err, len(rs), func() error {
+		if *asJSON {
+			return writeJSON(stdout, rs)
 		}
-	} else if err := writeTable(stdout, cfg, ms, rs); err != nil {
-		return err
+		return writeTable(stdout, cfg, ms[:len(rs)], rs)
+	}); err != nil {
+		return err // an interrupted run draws no chart
 	}
 	if *chart != "" {
 		title, broke, back := "payment killed: calls per second at payment", "payment killed", "payment restarted"

@@ -327,7 +327,7 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-// The first Ctrl-C lets the run in progress finish and says so; after
+// The first Ctrl-C says that what has finished is printed; after
 // it the signals are given back (a second one ends the process). main's
 // own stop at the end says nothing.
 func TestQuitOnSecondSignal(t *testing.T) {
@@ -335,7 +335,7 @@ func TestQuitOnSecondSignal(t *testing.T) {
 		cause error
 		want  string
 	}{
-		{errors.New("interrupt signal received"), "stormsim: interrupted: stopping after the run in progress (Ctrl-C again to quit now)\n"},
+		{errors.New("interrupt signal received"), "stormsim: interrupted: printing what has finished once the run in progress stops (Ctrl-C again to quit now)\n"},
 		{nil, ""}, // main's stop
 	} {
 		ctx, cancel := context.WithCancelCause(context.Background())
@@ -355,6 +355,49 @@ func TestQuitOnSecondSignal(t *testing.T) {
 		}
 		if stderr.String() != tc.want {
 			t.Errorf("cause %v: wrote %q, want %q", tc.cause, stderr.String(), tc.want)
+		}
+	}
+}
+
+// A run that a Ctrl-C stopped prints what finished before it and ends
+// with errInterrupted (exit status 130); one stopped before anything
+// finished prints nothing; another error prints nothing and is returned.
+// (A user's trial: the first Ctrl-C printed "stopping after the run in
+// progress" and then threw away every finished mode's results.)
+func TestPrintFinished(t *testing.T) {
+	live := context.Background()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		err     error
+		n       int
+		printed bool
+		want    error
+	}{
+		{"all finished", live, nil, 3, true, nil},
+		{"interrupted after 2", done, context.Canceled, 2, true, errInterrupted},
+		{"interrupted before any", done, context.Canceled, 0, false, errInterrupted},
+		{"failed", live, boom, 2, false, boom},
+	} {
+		printed := false
+		err := printFinished(tc.ctx, tc.err, tc.n, func() error { printed = true; return nil })
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) || printed != tc.printed {
+			t.Errorf("%s: err %v, printed %v; want %v, %v", tc.name, err, printed, tc.want, tc.printed)
+		}
+	}
+	// End to end: the demo and a scenario interrupted before their first
+	// run print nothing and say so.
+	for _, args := range [][]string{
+		{"--modes", "tiered", "--duration", "50ms", "--users-for", "50ms"},
+		{"--scenario", "tail", "--modes", "retries"},
+		{"--scenario", "outage", "--modes", "tiered"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := run(done, args, &stdout, &stderr); !errors.Is(err, errInterrupted) || stdout.Len() != 0 {
+			t.Errorf("%v interrupted at once: err %v, stdout %q; want errInterrupted, nothing", args, err, stdout.String())
 		}
 	}
 }

@@ -123,8 +123,8 @@ func tailDemo(ctx context.Context, ic incidentConfig, modesFlag string, asJSON b
 	}
 	var rows []tailRow
 	for _, m := range ms {
-		if err := ctx.Err(); err != nil {
-			return err
+		if err = ctx.Err(); err != nil {
+			break
 		}
 		r, err := runTailMode(ic, m)
 		if err != nil {
@@ -132,12 +132,14 @@ func tailDemo(ctx context.Context, ic incidentConfig, modesFlag string, asJSON b
 		}
 		rows = append(rows, r)
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	}
-	return writeTail(stdout, ic, ms, rows)
+	return printFinished(ctx, err, len(rows), func() error {
+		if asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rows)
+		}
+		return writeTail(stdout, ic, ms[:len(rows)], rows)
+	})
 }
 
 func parseTailModes(s string) ([]tailMode, error) {
