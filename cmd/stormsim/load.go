@@ -39,6 +39,21 @@ type recorder struct {
 
 	mu       sync.Mutex
 	outcomes []outcome
+	lastErr  error // the last failure's, for load's summary
+}
+
+// failure records err, the error of a failed request.
+func (r *recorder) failure(err error) {
+	r.mu.Lock()
+	r.lastErr = err
+	r.mu.Unlock()
+}
+
+// lastError returns the last failure's error, or nil.
+func (r *recorder) lastError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastErr
 }
 
 func (r *recorder) add(start time.Time, ok bool) {
@@ -136,6 +151,9 @@ func startUsers(cl testsvcv1.TestServiceClient, n int, rec *recorder) *users {
 					return // aborted: the request did not finish on its own
 				}
 				rec.add(start, err == nil)
+				if err != nil {
+					rec.failure(err)
+				}
 				timer.Reset(time.Until(start.Add(userPace)))
 			}
 		})

@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/stormguard/stormguard/internal/testsvc"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
@@ -53,6 +55,9 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case *interval < 10*time.Millisecond:
 		return fmt.Errorf("load: --interval %v: want at least 10ms", *interval)
 	}
+	if err := checkAddr("--target", *target); err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
 	m, err := findMode(*modeName)
 	if err != nil {
 		return fmt.Errorf("load: %w", err)
@@ -67,6 +72,9 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for addr := range strings.SplitSeq(*statsAddrs, ",") {
 		if addr = strings.TrimSpace(addr); addr == "" {
 			continue
+		}
+		if err := checkAddr("--stats", addr); err != nil {
+			return fmt.Errorf("load: %w", err)
 		}
 		sc, err := grpc.NewClient("passthrough:///"+addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(connectParams))
@@ -111,6 +119,19 @@ loop:
 	s := summarize(rec.since(0))
 	fmt.Fprintf(stdout, "total requests=%d ok=%d failed=%d success=%.2f%% p50=%s p99=%s\n",
 		s.requests, rec.ok.Load(), rec.failed.Load(), s.success*100, fmtDuration(s.p50), fmtDuration(s.p99))
+	if err := rec.lastError(); err != nil {
+		st := status.Convert(err)
+		fmt.Fprintf(stdout, "last failure: %s: %s\n", st.Code(), st.Message())
+	}
+	return nil
+}
+
+// checkAddr refuses an address that gRPC could never dial: it wants a
+// host and a port.
+func checkAddr(flagName, addr string) error {
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("%s %q: want host:port, such as 127.0.0.1:7001", flagName, addr)
+	}
 	return nil
 }
 

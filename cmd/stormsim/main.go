@@ -146,7 +146,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usersFor := fs.Duration("users-for", time.Second, "length of the closed-loop phase of --users users")
 	flaky := fs.Float64("flaky", 0, "instead of killing payment, make it fail each call with `probability` p in (0, 1]; 0 kills it; capacity: payment's failure probability after the healthy part (0.1 unless given)")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
-	asJSON := fs.Bool("json", false, "print one JSON array, one object per mode, instead of the table")
+	asJSON := fs.Bool("json", false, "print JSON instead of the tables: for kill and tail an array, one object per mode; for the other scenarios one object (scenario, title, columns: one per mode, with its slices)")
 	chart := fs.String("chart", "", "write the chart of calls per second at payment, one panel per mode, to `path` (.svg, .png, .pdf, ...); none by default")
 	maxRecovery := fs.Duration("max-recovery", 8*time.Second, "how long to wait for recovery after payment is back")
 	scenario := fs.String("scenario", scenarioKill, "the incident: "+strings.Join(scenarioNames(), ", ")+" (see above)")

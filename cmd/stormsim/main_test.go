@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -264,6 +265,7 @@ func TestFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--modes", "naive,nope"},
 		{"--modes", "adaptive"}, // now recommended
+		{"--modes", "naive,naive"},
 		{"--users", "0"},
 		{"--duration", "0s"},
 		{"--users-for", "0s"},
@@ -280,6 +282,11 @@ func TestFlags(t *testing.T) {
 		{"serve", "--tier", "payment", "--mode", "adaptive"},
 		{"load"},
 		{"load", "--target", "127.0.0.1:1", "--mode", "adaptive"},
+		// Addresses gRPC could never dial (from a user's trial: accepted,
+		// then every request failed in silence).
+		{"load", "--target", "nonsense"},
+		{"load", "--target", "127.0.0.1:1", "--stats", "127.0.0.1:1,nonsense"},
+		{"serve", "--tier", "order", "--listen", "127.0.0.1:0", "--next", "nonsense"},
 	} {
 		runFails(t, args...)
 	}
@@ -399,5 +406,26 @@ func TestPrintFinished(t *testing.T) {
 		if err := run(done, args, &stdout, &stderr); !errors.Is(err, errInterrupted) || stdout.Len() != 0 {
 			t.Errorf("%v interrupted at once: err %v, stdout %q; want errInterrupted, nothing", args, err, stdout.String())
 		}
+	}
+}
+
+// load against an address where nothing listens says why its requests
+// fail, in its summary (a user's trial: 0 % success for a minute, and
+// no word of "connection refused").
+func TestLoadSaysWhyRequestsFail(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, []string{"load", "--target", addr, "--users", "2", "--duration", "300ms", "--interval", "100ms", "--mode", "tiered"}, &stdout, &stderr); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	if out := stdout.String(); !strings.Contains(out, "last failure: Unavailable: ") || !strings.Contains(out, "connection refused") {
+		t.Fatalf("summary does not say why requests failed:\n%s", out)
 	}
 }

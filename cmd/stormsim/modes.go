@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -127,6 +128,9 @@ func parseModes(s string) ([]mode, error) {
 		m, err := findMode(strings.TrimSpace(name))
 		if err != nil {
 			return nil, err
+		}
+		if slices.ContainsFunc(out, func(o mode) bool { return o.name == m.name }) {
+			return nil, fmt.Errorf("mode %q given twice", m.name)
 		}
 		out = append(out, m)
 	}

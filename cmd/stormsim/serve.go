@@ -89,6 +89,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case !(*flaky >= 0 && *flaky <= 1):
 		return fmt.Errorf("serve: --flaky %v: want a probability in [0, 1]", *flaky)
 	}
+	if *next != "" {
+		if err := checkAddr("--next", *next); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+	}
 	m, err := findMode(*modeName)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
