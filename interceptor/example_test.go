@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/stormguard/stormguard/breaker"
-	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/interceptor"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
@@ -35,22 +33,26 @@ func (t *tier) Unary(ctx context.Context, req *testsvcv1.UnaryRequest) (*testsvc
 }
 
 // Example wires stormguard into gateway -> order -> payment with payment
-// down: one user request reaches payment 3 times, not 27.
+// down, as README's "Use it" does: one Interceptors per service, built
+// from Recommended(), with its server options on the service's server
+// and its dial options on every connection the service makes. One user
+// request reaches payment 3 times, not 27: only order, the tier next to
+// the failure, retries.
 func Example() {
 	payment := &tier{}
-	paymentConn, stopPayment := serve(payment, nil)
+	paymentLis, stopPayment := serve(payment, newService(), nil)
 	defer stopPayment()
 
 	order := &tier{}
-	orderConn, stopOrder := serve(order, dial(paymentConn))
+	orderLis, stopOrder := serve(order, newService(), paymentLis)
 	defer stopOrder()
 
 	gateway := &tier{}
-	gatewayConn, stopGateway := serve(gateway, dial(orderConn))
+	gatewayLis, stopGateway := serve(gateway, newService(), orderLis)
 	defer stopGateway()
 
-	// The edge client: stormguard too.
-	userConn := dial(gatewayConn)
+	// The edge client: a service of its own.
+	userConn := dial(gatewayLis, newService())
 	defer userConn.Close()
 	user := testsvcv1.NewTestServiceClient(userConn)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -64,66 +66,75 @@ func Example() {
 	// calls at gateway, order, payment: 1 1 3
 }
 
-// newTier builds one tier's interceptors: its own budget and breakers.
-func newTier() *interceptor.Interceptors {
-	breakers, err := breaker.NewSet(breaker.Config{}, 0)
+// newService builds one service's interceptors: the recommended line,
+// with a short backoff so that the example runs fast.
+func newService() *interceptor.Interceptors {
+	sg, err := interceptor.New(append(interceptor.Recommended(),
+		interceptor.WithBackoff(interceptor.Backoff{Base: time.Millisecond}))...)
 	if err != nil {
 		panic(err)
 	}
-	i, err := interceptor.New(
-		interceptor.WithBudget(budget.Config{}),
-		interceptor.WithBreaker(breakers),
-		interceptor.WithBackoff(interceptor.Backoff{Base: time.Millisecond}),
-	)
-	if err != nil {
-		panic(err)
-	}
-	return i
+	return sg
 }
 
-// serve starts t on a bufconn listener with stormguard's server
-// interceptor chained in with grpc.ChainUnaryInterceptor, and t's client to
-// the next tier built with grpc.WithChainUnaryInterceptor.
-func serve(t *tier, next *grpc.ClientConn) (*bufconn.Listener, func()) {
+// serve starts t on a bufconn listener with sg's server options, and
+// its client of the next tier (at next, if any) with sg's dial options.
+func serve(t *tier, sg *interceptor.Interceptors, next *bufconn.Listener) (*bufconn.Listener, func()) {
+	var conn *grpc.ClientConn
 	if next != nil {
-		t.next = testsvcv1.NewTestServiceClient(next)
+		conn = dial(next, sg)
+		t.next = testsvcv1.NewTestServiceClient(conn)
 	}
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(newTier().UnaryServer()))
+	srv := grpc.NewServer(sg.ServerOptions()...)
 	testsvcv1.RegisterTestServiceServer(srv, t)
 	go func() { _ = srv.Serve(lis) }()
 	return lis, func() {
 		srv.Stop()
-		if next != nil {
-			_ = next.Close()
+		if conn != nil {
+			_ = conn.Close()
 		}
 	}
 }
 
-func dial(lis *bufconn.Listener) *grpc.ClientConn {
-	conn, err := grpc.NewClient("passthrough:///bufnet",
+func dial(lis *bufconn.Listener, sg *interceptor.Interceptors) *grpc.ClientConn {
+	conn, err := grpc.NewClient("passthrough:///bufnet", append(sg.DialOptions(),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDisableRetry(),
-		grpc.WithChainUnaryInterceptor(newTier().UnaryClient()),
-	)
+	)...)
 	if err != nil {
 		panic(err)
 	}
 	return conn
 }
 
-// ExampleWithMaxAttempts overrides the attempts for one call.
+// ExampleWithMaxAttempts sets the attempts of every call at New, and of
+// one call as a grpc.CallOption.
 func ExampleWithMaxAttempts() {
-	// At construction: every call gets up to 4 attempts.
-	_, err := interceptor.New(interceptor.WithMaxAttempts(4))
-	fmt.Println(err)
-	// Per call, as a grpc.CallOption:
-	//   client.Pay(ctx, req, interceptor.WithMaxAttempts(1))
+	payment := &tier{} // fails every call with UNAVAILABLE
+	lis, stop := serve(payment, newService(), nil)
+	defer stop()
+	sg, err := interceptor.New(interceptor.WithMaxAttempts(2),
+		interceptor.WithBackoff(interceptor.Backoff{Base: time.Millisecond}))
+	if err != nil {
+		panic(err)
+	}
+	conn := dial(lis, sg)
+	defer conn.Close()
+	client := testsvcv1.NewTestServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	_, _ = client.Unary(ctx, &testsvcv1.UnaryRequest{Id: "a"})
+	fmt.Println("calls at payment:", payment.calls)
+	_, _ = client.Unary(ctx, &testsvcv1.UnaryRequest{Id: "b"}, interceptor.WithMaxAttempts(1)) // this call only
+	fmt.Println("calls at payment:", payment.calls)
+
 	_, err = interceptor.New(interceptor.WithMaxAttempts(0))
 	fmt.Println(err)
 	// Output:
-	// <nil>
+	// calls at payment: 2
+	// calls at payment: 3
 	// stormguard: invalid option: WithMaxAttempts(0): want 1 to 100
 }
 
