@@ -11,7 +11,11 @@ type Interceptors struct {
 }
 
 // New validates opts and builds the interceptors. Its error names the
-// first invalid option and wraps ErrInvalidOption. Given both WithObserver
+// first invalid option and wraps ErrInvalidOption. Options apply in
+// order, and one given again replaces the earlier, so that
+// append(Recommended(), WithBudget(cfg)) changes Recommended's budget;
+// two different retry limiters (WithBudget, WithThrottle, WithLimiter)
+// are an error. Given both WithObserver
 // and WithBreaker, it reports the Set's breaker changes to the observer
 // (see BreakerObserver).
 func New(opts ...Option) (*Interceptors, error) {

@@ -339,8 +339,8 @@ func withLimiters(name string, newLimiter func() (budget.Limiter, error)) Option
 		if err != nil {
 			return invalid("%s: %v", name, err)
 		}
-		if c.limiterBy != "" {
-			return invalid("%s and %s: one retry limiter per interceptor; keep one of them", c.limiterBy, name)
+		if c.limiterBy != "" && c.limiterBy != name {
+			return invalid("%s and %s: one retry limiter per interceptor; keep one of them (to replace Recommended()'s budget with another limiter, write its options out)", c.limiterBy, name)
 		}
 		c.limiters, c.limiterBy = set, name
 		return nil

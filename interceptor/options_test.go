@@ -13,6 +13,7 @@ import (
 	"github.com/stormguard/stormguard/admission"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/internal/clock"
 )
 
 // TestPerCallMisuseIsInternal: a per-call option that is invalid, or that
@@ -72,7 +73,7 @@ func TestOptionConflicts(t *testing.T) {
 		want string
 	}{
 		{"budget and throttle", []Option{WithBudget(budget.Config{}), WithThrottle(budget.ThrottleConfig{})}, "WithBudget and WithThrottle: one retry limiter"},
-		{"two budgets", []Option{WithBudget(budget.Config{}), WithBudget(budget.Config{})}, "WithBudget and WithBudget"},
+		{"Recommended and a throttle", append(Recommended(), WithThrottle(budget.ThrottleConfig{})), "write its options out"},
 		{"no codes", []Option{WithCodes()}, "WithMaxAttempts(1)"},
 		{"canceled", []Option{WithCodes(codes.Unavailable, codes.Canceled)}, "codes.Canceled cannot be retried"},
 		{"ok", []Option{WithCodes(codes.OK)}, "codes.OK"},
@@ -112,5 +113,27 @@ func TestCodesDeadlineExceededRetriesTimeouts(t *testing.T) {
 	}
 	if i.server.retryable != codeBit(codes.Unavailable) {
 		t.Fatalf("server's codes: got %b, want Unavailable only", i.server.retryable)
+	}
+}
+
+// An option given again replaces the earlier, the retry budget too: a
+// WithBudget appended to Recommended() changes its budget, as WithAdmission
+// and WithAdaptive change theirs (a new-user trial found the budget alone
+// refused as a second limiter).
+func TestBudgetGivenAgainReplaces(t *testing.T) {
+	var s sleeps
+	fc := clock.NewFake(time.Unix(0, 0))
+	i := mustNew(t, s.option(),
+		WithBudget(budget.Config{Ratio: 0.5, NoFloor: true, Clock: fc}),
+		WithBudget(budget.Config{Ratio: 0.2, NoFloor: true, Clock: fc}))
+	f := &fakeInvoker{results: []error{errUnavailable}}
+	for range 10 {
+		_ = i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke)
+	}
+	if got := len(f.seen); got != 12 {
+		t.Fatalf("attempts: got %d, want 12 (10 requests + 2 retries: the second budget's 20 %%)", got)
+	}
+	if _, err := New(append(Recommended(), WithBudget(budget.Config{Ratio: 0.3}))...); err != nil {
+		t.Fatalf("Recommended() with its budget changed: %v", err)
 	}
 }

@@ -30,11 +30,12 @@ import (
 // server refuses only what it could not serve within its latency target
 // or the caller's deadline.
 //
-// which is the form to write out to change a part (a second retry limiter
-// next to Recommended's budget is an error). No circuit breaker: it
-// refuses capacity that a sick target still has, and its open interval
-// delays recovery; the adaptive throttle fails fast at a dead target
-// instead. Each call returns new state: build the Interceptors once per
+// which is the form to write out to change a part; an option appended
+// to Recommended() replaces its own (WithBudget, WithAdmission,
+// WithAdaptive), but another retry limiter next to its budget is an
+// error. No circuit breaker: it refuses capacity that a sick target still
+// has, and its open interval delays recovery; the adaptive throttle stops
+// calling a dead target as soon, and recovers on the first answer. Each call returns new state: build the Interceptors once per
 // process and share them.
 func Recommended() []Option {
 	set, err := adaptive.NewSet(adaptive.Config{}, 0)
