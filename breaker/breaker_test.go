@@ -235,8 +235,10 @@ func TestOpenIntervalGrowsAndIsCapped(t *testing.T) {
 	}
 }
 
+// The open interval doubles up to MaxOpenInterval, the largest allowed
+// (MaxInterval) too.
 func TestOpenIntervalNoOverflow(t *testing.T) {
-	huge := time.Duration(math.MaxInt64)
+	huge := MaxInterval
 	b, clk := newTest(t, Config{OpenInterval: huge / 3, MaxOpenInterval: huge, Jitter: NoJitter})
 	trip(t, b)
 	clk.Advance(huge / 3)
@@ -557,6 +559,17 @@ func TestConfigValidation(t *testing.T) {
 		{"jitter NaN", Config{Jitter: nan}, "Jitter"},
 		{"no jitter", Config{Jitter: NoJitter}, ""},
 		{"probes negative", Config{HalfOpenProbes: -1}, "HalfOpenProbes"},
+		// Nonsense that never opens, or never closes (a new-user trial:
+		// accepted before).
+		{"minimum calls huge", Config{MinimumCalls: 1 << 40}, "MinimumCalls"},
+		{"minimum calls max", Config{MinimumCalls: MaxCalls}, ""},
+		{"consecutive huge", Config{ConsecutiveFailures: 1 << 40}, "ConsecutiveFailures"},
+		{"window huge", Config{Window: 1000 * time.Hour}, "Window"},
+		{"window max", Config{Window: MaxWindow}, ""},
+		{"open interval huge", Config{OpenInterval: 1000 * time.Hour}, "OpenInterval"},
+		{"max open interval huge", Config{MaxOpenInterval: 1000 * time.Hour}, "MaxOpenInterval"},
+		{"intervals max", Config{OpenInterval: MaxInterval, MaxOpenInterval: MaxInterval}, ""},
+		{"probes huge", Config{HalfOpenProbes: 1 << 40}, "HalfOpenProbes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := New(tc.cfg)

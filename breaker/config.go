@@ -21,6 +21,13 @@ const (
 	// MinWindow is the shortest Window New accepts.
 	MinWindow = time.Second
 
+	// The largest values New accepts: past them a breaker never opens,
+	// or stays open for good, which no one means to configure.
+	MaxWindow   = time.Hour // Window
+	MaxInterval = time.Hour // OpenInterval, MaxOpenInterval
+	MaxCalls    = 1 << 20   // MinimumCalls, ConsecutiveFailures
+	MaxProbes   = 1000      // HalfOpenProbes
+
 	// NoJitter, as Config.Jitter, turns jitter off: every open interval
 	// is exactly the current interval.
 	NoJitter = -1.0
@@ -47,7 +54,7 @@ type Config struct {
 
 	// MinimumCalls is the number of calls the window must hold before the
 	// failure rate can open the breaker. Zero means DefaultMinimumCalls
-	// (100).
+	// (100). Valid: up to MaxCalls.
 	//
 	// The default is 100 because a rate over fewer calls is noise: with
 	// 30 % of calls failing at random, 10 or more of 20 fail in about 5 %
@@ -64,18 +71,19 @@ type Config struct {
 	// Window is the length of the sliding window, at least MinWindow
 	// (1 s). It is kept as a ring of 10 buckets of Window/10 each, so the
 	// rate covers the last 9 to 10 tenths of Window. Zero means
-	// DefaultWindow (10 s).
+	// DefaultWindow (10 s). Valid: up to MaxWindow (1 h).
 	Window time.Duration
 
 	// ConsecutiveFailures, when positive, also opens a closed breaker
 	// after that many failures in a row, whatever the rate and volume.
-	// Zero turns this trigger off (the default).
+	// Zero turns this trigger off (the default). Valid: up to MaxCalls.
 	ConsecutiveFailures int
 
 	// OpenInterval is how long the breaker stays open after it first
 	// opens. Each failed half-open probe doubles it, up to
 	// MaxOpenInterval; it returns to OpenInterval when the breaker
-	// closes. Zero means DefaultOpenInterval (1 s).
+	// closes. Zero means DefaultOpenInterval (1 s). Valid: up to
+	// MaxInterval (1 h), as MaxOpenInterval.
 	OpenInterval time.Duration
 
 	// MaxOpenInterval caps the growth of the open interval; it must not
@@ -92,7 +100,8 @@ type Config struct {
 
 	// HalfOpenProbes is both the number of calls a half-open breaker lets
 	// through at the same time and the number of probe successes that
-	// close it. Zero means DefaultHalfOpenProbes (3).
+	// close it. Zero means DefaultHalfOpenProbes (3). Valid: up to
+	// MaxProbes.
 	HalfOpenProbes int
 
 	// OnStateChange, if not nil, is called after each state change, never
@@ -134,6 +143,8 @@ func (c Config) normalize() (Config, error) {
 		return bad("MinimumCalls", c.MinimumCalls, "is negative")
 	case c.MinimumCalls == 0:
 		c.MinimumCalls = DefaultMinimumCalls
+	case c.MinimumCalls > MaxCalls:
+		return bad("MinimumCalls", c.MinimumCalls, fmt.Sprintf("is more than %d", MaxCalls))
 	}
 	switch {
 	case c.Window < 0:
@@ -142,19 +153,28 @@ func (c Config) normalize() (Config, error) {
 		c.Window = DefaultWindow
 	case c.Window < MinWindow:
 		return bad("Window", c.Window, "is shorter than "+MinWindow.String())
+	case c.Window > MaxWindow:
+		return bad("Window", c.Window, "is longer than "+MaxWindow.String())
 	}
-	if c.ConsecutiveFailures < 0 {
+	switch {
+	case c.ConsecutiveFailures < 0:
 		return bad("ConsecutiveFailures", c.ConsecutiveFailures, "is negative")
+	case c.ConsecutiveFailures > MaxCalls:
+		return bad("ConsecutiveFailures", c.ConsecutiveFailures, fmt.Sprintf("is more than %d", MaxCalls))
 	}
 	switch {
 	case c.OpenInterval < 0:
 		return bad("OpenInterval", c.OpenInterval, "is negative")
 	case c.OpenInterval == 0:
 		c.OpenInterval = DefaultOpenInterval
+	case c.OpenInterval > MaxInterval:
+		return bad("OpenInterval", c.OpenInterval, "is longer than "+MaxInterval.String())
 	}
 	switch {
 	case c.MaxOpenInterval < 0:
 		return bad("MaxOpenInterval", c.MaxOpenInterval, "is negative")
+	case c.MaxOpenInterval > MaxInterval:
+		return bad("MaxOpenInterval", c.MaxOpenInterval, "is longer than "+MaxInterval.String())
 	case c.MaxOpenInterval == 0:
 		c.MaxOpenInterval = max(DefaultMaxOpenInterval, c.OpenInterval)
 	case c.MaxOpenInterval < c.OpenInterval:
@@ -172,6 +192,8 @@ func (c Config) normalize() (Config, error) {
 		return bad("HalfOpenProbes", c.HalfOpenProbes, "is negative")
 	case c.HalfOpenProbes == 0:
 		c.HalfOpenProbes = DefaultHalfOpenProbes
+	case c.HalfOpenProbes > MaxProbes:
+		return bad("HalfOpenProbes", c.HalfOpenProbes, fmt.Sprintf("is more than %d", MaxProbes))
 	}
 	return c, nil
 }
