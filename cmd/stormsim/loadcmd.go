@@ -24,8 +24,7 @@ import (
 // by --stats reports.
 func load(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("stormsim load", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
+	shortUsage(fs, args, stderr, func() {
 		fmt.Fprintf(stderr, "Usage: stormsim load --target ADDR [--users N] [--duration D] [--stats ADDR,...] [--mode MODE]\n\n"+
 			"Sends requests to the gateway at --target, as --users users that each send one request\n"+
 			"every %v with a %v deadline, and prints a line of counts every --interval:\n"+
@@ -33,14 +32,14 @@ func load(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			"then per tier of --stats the calls it received, failed, and sent to the next tier.\n"+
 			"Interrupt it (or wait for --duration) for a summary.\n\nFlags:\n", userPace, requestTimeout)
 		fs.PrintDefaults()
-	}
+	})
 	target := fs.String("target", "", "`address` of the gateway")
 	users := fs.Int("users", 32, "concurrent users")
 	duration := fs.Duration("duration", time.Minute, "how long to send requests")
 	statsAddrs := fs.String("stats", "", "comma-separated `addresses` of the tiers to ask for their counts")
 	modeName := fs.String("mode", recommendedMode, "retry stack of the edge client: one of "+fmt.Sprint(modeNames()))
 	interval := fs.Duration("interval", time.Second, "how often to print the counts")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	switch {

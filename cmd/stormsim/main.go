@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -55,6 +56,38 @@ func quitOnSecondSignal(ctx context.Context, stop func(), stderr io.Writer) {
 	if context.Cause(ctx) != context.Canceled { // a signal, not main's own stop
 		fmt.Fprintln(stderr, "stormsim: interrupted: printing what has finished once the run in progress stops (Ctrl-C again to quit now)")
 	}
+}
+
+// shortUsage makes fs print its usage, through full, only when asked
+// (-h, -help); a bad flag is reported once, by parseFlags' error, which
+// says where the flags are, instead of above a page of usage that
+// scrolls it away.
+func shortUsage(fs *flag.FlagSet, args []string, stderr io.Writer, full func()) {
+	asked := slices.ContainsFunc(args, func(a string) bool {
+		switch a {
+		case "-h", "--h", "-help", "--help":
+			return true
+		}
+		return false
+	})
+	fs.SetOutput(io.Discard) // the flag package's own error line: parseFlags returns it
+	fs.Usage = func() {
+		if asked {
+			fs.SetOutput(stderr) // for full's PrintDefaults
+			full()
+			fs.SetOutput(io.Discard)
+		}
+	}
+}
+
+// parseFlags parses args into fs (set up by shortUsage): flag.ErrHelp
+// after -h, or an error that names the bad flag and where the flags are.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return fmt.Errorf("%w (run '%s -h' for the flags)", err, fs.Name())
 }
 
 // errInterrupted ends a demo or scenario that a Ctrl-C stopped, after
@@ -120,8 +153,7 @@ func isTerminal(w io.Writer) bool {
 // writes the chart.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("stormsim", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
+	shortUsage(fs, args, stderr, func() {
 		fmt.Fprintf(stderr, "Usage: stormsim [flags]\n       stormsim serve -h\n       stormsim load -h\n\n"+
 			"Kills the payment service of an in-process gateway -> order -> payment chain and counts,\n"+
 			"for each mode, the calls one user request causes, what sustained load does (--rate\n"+
@@ -139,7 +171,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			strings.Join(busyDefaultModes, ", "), offMode.name)
 		fmt.Fprintf(stderr, "\nFlags:\n")
 		fs.PrintDefaults()
-	}
+	})
 	modesFlag := fs.String("modes", strings.Join(modeNames(), ","), "comma-separated `modes` to run, in order")
 	duration := fs.Duration("duration", 2*time.Second, "length of the sustained phase of each mode, --rate requests a second (open loop)")
 	users := fs.Int("users", 32, "users in the closed-loop phase after the sustained one, and in the recovery phase; capacity, replicas: callers at a fixed concurrency (64 unless given)")
@@ -151,7 +183,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	maxRecovery := fs.Duration("max-recovery", 8*time.Second, "how long to wait for recovery after payment is back")
 	scenario := fs.String("scenario", scenarioKill, "the incident: "+strings.Join(scenarioNames(), ", ")+" (see above)")
 	inc := incidentFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

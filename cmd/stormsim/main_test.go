@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"math"
 	"net"
 	"os"
@@ -427,5 +428,26 @@ func TestLoadSaysWhyRequestsFail(t *testing.T) {
 	}
 	if out := stdout.String(); !strings.Contains(out, "last failure: Unavailable: ") || !strings.Contains(out, "connection refused") {
 		t.Fatalf("summary does not say why requests failed:\n%s", out)
+	}
+}
+
+// A bad flag is one line, the error, which says where the flags are;
+// the usage is printed only when asked for (a user's trial: a bad value
+// printed the error above some 60 lines of usage, which scrolled it away).
+func TestBadFlagIsOneLine(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, args := range [][]string{{"--rate", "abc"}, {"load", "--users", "x"}, {"serve", "--tier"}} {
+		var stdout, stderr bytes.Buffer
+		err := run(ctx, args, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "-h' for the flags)") || stderr.Len() != 0 {
+			t.Errorf("%q: err %v, stderr %q; want the error alone, with the hint", args, err, stderr.String())
+		}
+	}
+	for _, args := range [][]string{{"-h"}, {"load", "-h"}, {"serve", "--help"}} {
+		var stdout, stderr bytes.Buffer
+		if err := run(ctx, args, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "Usage: stormsim") || !strings.Contains(stderr.String(), "  -") {
+			t.Errorf("%q: err %v, stderr %d bytes; want the usage with the flags", args, err, stderr.Len())
+		}
 	}
 }

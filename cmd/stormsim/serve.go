@@ -55,15 +55,14 @@ func dialEdge(addr string, m mode) (*grpc.ClientConn, error) {
 // address it listens on as the first line of stdout.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("stormsim serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
+	shortUsage(fs, args, stderr, func() {
 		fmt.Fprintf(stderr, "Usage: stormsim serve --tier gateway|order|payment --listen ADDR [--next ADDR] [--mode MODE] [--metrics ADDR]\n\n"+
 			"Runs one tier of the chain as its own process and prints the address it listens on\n"+
 			"(and, with --metrics, a second line: metrics URL).\n"+
 			"Every tier but payment forwards each call to --next. Start payment, then order, then\n"+
 			"gateway, all with the same --mode; drive them with stormsim load.\n\nFlags:\n")
 		fs.PrintDefaults()
-	}
+	})
 	tier := fs.String("tier", "", "the tier to run: gateway, order or payment")
 	listen := fs.String("listen", "127.0.0.1:0", "TCP `address` to listen on (port 0 picks a free port)")
 	next := fs.String("next", "", "`address` of the next tier (gateway: order's, order: payment's)")
@@ -71,7 +70,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	flaky := fs.Float64("flaky", 0, "fail each call with `probability` p in [0, 1]")
 	seed := fs.Uint64("seed", 1, "seed of the random faults")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics at http://`ADDR`/metrics (a loopback address; stormguard's metrics, so only the budget, tiered, stormguard and recommended modes have any)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
