@@ -90,12 +90,16 @@ func TestLongScenario(t *testing.T) {
 	if got := columnOf(t, a, "retries").Incident.CallsPerRequest; got < 2.8 {
 		t.Errorf("retries: %v calls/request while down, want about 3", got)
 	}
-	// The rows: 8 of 250 ms, the rest of the outage, 12 of 50 ms.
-	if n := len(ad.Slices); n != 8+1+12 {
-		t.Errorf("%d rows, want 21", n)
+	// The rows: 8 of 250 ms, the rest of the outage, 12 of 50 ms, the
+	// rest of the 3 s after.
+	if n := len(ad.Slices); n != 8+1+12+1 {
+		t.Fatalf("%d rows, want 22", n)
 	}
 	if s := ad.Slices[8]; s.TMS != 4500 || s.WidthMS != 13000-100-4500 {
 		t.Errorf("the long row: %+v", s)
+	}
+	if s := ad.Slices[21]; s.TMS != 13500 || s.WidthMS != 2500 {
+		t.Errorf("the row after: %+v", s)
 	}
 }
 

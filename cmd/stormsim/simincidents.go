@@ -52,6 +52,9 @@ func runLong(ctx context.Context, ic incidentConfig, p progress) (sliced, error)
 	back := 3*s + d
 	rows := append(spans(2500*time.Millisecond, 4500*time.Millisecond, 250*time.Millisecond), span{4500 * time.Millisecond, back - 100*time.Millisecond})
 	rows = append(rows, spans(back-100*time.Millisecond, back+500*time.Millisecond, simWidth)...)
+	// The rest of the 3 s after, in one row: a stack that recovers later
+	// than the fine rows shows it there, not only in "time to 99 %".
+	rows = append(rows, span{back + 500*time.Millisecond, back + 3*s})
 	out := sliced{Scenario: ic.scenario, begin: 3 * s, end: back,
 		Title: fmt.Sprintf("incident simulator (simulated time, seed %d): 1000 user requests/s at order, payment down from 3 s for %v, then back for 3 s; order's client only, 3 attempts", ic.seed, d)}
 	for _, st := range incidentsim.Stacks() {
