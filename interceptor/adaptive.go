@@ -168,6 +168,12 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 // chain recovers from a hang only after seconds.
 func (g *throttleGuard) done(c *call, a *attempt, o outcome) {
 	t := g.throttle()
+	if !a.thrDone.CompareAndSwap(false, true) {
+		// A stream that answered: the throttle heard an accept then (see
+		// answered). Its end, whatever it is, adds nothing.
+		c.retryNow = false
+		return
+	}
 	p := a.thr
 	a.thr = adaptive.Permit{}
 	to := o.kind.forThrottle()
@@ -191,11 +197,22 @@ func (g *throttleGuard) retry(*call) StopReason {
 	return 0
 }
 
-// answered: a stream that a down target answers proves it alive at once,
-// not when the stream ends (which may be never).
-func (g *throttleGuard) answered(*call, *attempt) {
-	if t := g.throttle(); t.Down() {
+// answered: a stream whose target answered (a header or a message) is
+// an accept, at once, not when the stream ends: that may be never, or a
+// cancel by its caller, which counts for nothing. Counted only at the
+// end, the streams a client watches and cancels never told the throttle
+// that the target serves, while its failed opens did, and a healthy
+// streaming server was called down (a user's trial: after 3 failed opens
+// among served streams). A down target is revived as well.
+func (g *throttleGuard) answered(_ *call, a *attempt) {
+	t := g.throttle()
+	if t.Down() {
 		t.Revive()
+	}
+	if a.thrDone.CompareAndSwap(false, true) {
+		p := a.thr
+		a.thr = adaptive.Permit{}
+		p.Done(adaptive.Accept)
 	}
 }
 

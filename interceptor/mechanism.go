@@ -25,6 +25,7 @@ type attempt struct {
 	// so that running into the caller's deadline later is no hang.
 	answered atomic.Bool
 	brkDone  atomic.Bool // the breaker heard its outcome (a stream's probe hears early)
+	thrDone  atomic.Bool // the throttle heard its outcome (a stream's answer is heard early)
 
 	brk breaker.Permit
 	thr adaptive.Permit

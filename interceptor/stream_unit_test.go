@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/internal/clock"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
@@ -393,5 +394,51 @@ func TestStreamInvalidOptions(t *testing.T) {
 	}
 	if _, err := New(WithReplayBufferSize(-1)); !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("New: got %v, want ErrInvalidOption", err)
+	}
+}
+
+// A stream whose target answered is an accept for the adaptive throttle
+// when the answer comes, not when the stream ends: a client that watches
+// streams and cancels them (a subscription) never reached the end, its
+// served streams counted for nothing, its failed opens as failures, and
+// a healthy streaming server was called down after three of them (a
+// user's trial over TCP). Here four served-and-cancelled streams alternate
+// with four failed opens, 100 ms apart: the target stays up.
+func TestStreamAnswerIsAccept(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	i := mustNew(t, WithAdaptive(set), WithMaxAttempts(1))
+	for n := range 8 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		p := plan{mode: "ok"}
+		if n%2 == 1 {
+			p = plan{mode: "before", at: 1}
+		}
+		fs := &fakeStreamer{plans: []plan{p}}
+		cs, err := i.StreamClient()(ctx, bidiDesc, newCC(t), "/svc/Bidi", fs.streamer)
+		if err != nil {
+			cancel()
+			t.Fatalf("stream %d: %v", n, err)
+		}
+		if err := cs.SendMsg(&testsvcv1.BidiRequest{Id: "0"}); err != nil {
+			cancel()
+			t.Fatalf("stream %d: send: %v", n, err)
+		}
+		err = cs.RecvMsg(&testsvcv1.BidiResponse{})
+		cancel() // the caller leaves: served or not
+		if served := n%2 == 0; served != (err == nil) {
+			t.Fatalf("stream %d: receive: %v, want served %v", n, err, served)
+		}
+		clk.Advance(100 * time.Millisecond)
+	}
+	var ths []*adaptive.Throttle
+	set.Range(func(_ string, th *adaptive.Throttle) bool { ths = append(ths, th); return true })
+	if len(ths) != 1 {
+		t.Fatalf("%d throttles, want the target's", len(ths))
+	}
+	th := ths[0]
+
+	if th.Down() || th.Stats().Downs != 0 {
+		t.Fatalf("a target that served every other stream: down %v, downs %d; want up", th.Down(), th.Stats().Downs)
 	}
 }
