@@ -10,27 +10,56 @@ import (
 
 // SendMsg sends m on the current attempt and, until the commit, keeps its
 // encoding for replay.
+//
+// An attempt that ended before the commit makes gRPC's SendMsg return
+// io.EOF. If the stream can be retried, a new attempt replaces it (its
+// backoff waited here) and gets m with the rest, and SendMsg returns nil;
+// if not (its headers had come, or its status is not retried), SendMsg
+// returns io.EOF, as gRPC does, and RecvMsg the status: a caller that
+// sends until io.EOF stops there instead of sending into a stream that
+// is over, which it did until the replay buffer overflowed.
 func (s *retryStream) SendMsg(m any) error {
 	if a := s.settledOn.Load(); a != nil {
 		// Committed, nothing to keep: see recvSettled.
 		return s.sendFailed(a, a.cs.SendMsg(m))
 	}
+	a, ended, err := s.send(m)
+	if !ended {
+		return err
+	}
+	if md, _ := a.cs.Header(); md != nil {
+		// Headers came before the end: committed (gRFC A6), nothing to
+		// replay; the caller reads the status from RecvMsg.
+		s.commit()
+		s.answered(a)
+		return io.EOF
+	}
+	if s.headerStep(a) {
+		return nil // a new attempt is in place, m replayed into it
+	}
+	return io.EOF
+}
+
+// send is SendMsg's work with sendMu held: it returns the attempt m went
+// to, and either SendMsg's result or, with ended, that the attempt ended
+// while m was kept for a replay.
+func (s *retryStream) send(m any) (a *streamAttempt, ended bool, err error) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	s.mu.Lock()
 	committed, finished, a := s.committed, s.finished, s.cur
 	s.mu.Unlock()
 	if finished {
-		return a.cs.SendMsg(m) // reported already
+		return a, false, a.cs.SendMsg(m) // reported already
 	}
 	kept := !committed && s.keep(m)
-	err := a.cs.SendMsg(m)
+	err = a.cs.SendMsg(m)
 	switch {
 	case err == nil:
 	case errors.Is(err, io.EOF) && kept:
-		// The attempt ended; RecvMsg will learn why and, if it retries,
-		// replay m with the rest.
-		return nil
+		// The attempt ended: SendMsg learns why, without sendMu, which
+		// a retry's replay takes.
+		return a, true, nil
 	case kept:
 		// m itself failed (too large, not encodable): the application
 		// sees the error, and a replay must not send m again. (A commit
@@ -42,7 +71,7 @@ func (s *retryStream) SendMsg(m any) error {
 		}
 		s.mu.Unlock()
 	}
-	return s.sendFailed(a, err)
+	return a, false, s.sendFailed(a, err)
 }
 
 // sendFailed returns err, SendMsg's on attempt a. An error other than

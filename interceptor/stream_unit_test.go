@@ -442,3 +442,69 @@ func TestStreamAnswerIsAccept(t *testing.T) {
 		t.Fatalf("a target that served every other stream: down %v, downs %d; want up", th.Down(), th.Stats().Downs)
 	}
 }
+
+// SendMsg on an attempt that ended before the commit: retried if the
+// stream may be (the new attempt gets the message with the rest, SendMsg
+// returns nil), else io.EOF as from gRPC, the status from RecvMsg. It
+// returned nil until the replay buffer overflowed, and a caller that
+// sends until io.EOF sent into a stream that was over (a user's trial:
+// 2 520 sends into a stream the server had refused).
+func TestStreamSendAfterEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		plans   []plan
+		sendErr error // of the second SendMsg
+		recv    codes.Code
+		opened  int
+	}{
+		{"not retried", []Option{WithMaxAttempts(1)}, []plan{{mode: "before", at: 1}}, io.EOF, codes.Unavailable, 1},
+		{"headers before the end", []Option{noWait}, []plan{{mode: "hdrfail", at: 1}}, io.EOF, codes.Unavailable, 1},
+		{"retried", []Option{noWait}, []plan{{mode: "before", at: 1}, {mode: "ok"}}, nil, codes.OK, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxTimeout(t, 10*time.Second)
+			fs := &fakeStreamer{plans: tc.plans}
+			cs, err := mustNew(t, tc.opts...).StreamClient()(ctx, bidiDesc, newCC(t), "/svc/Bidi", fs.streamer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cs.SendMsg(&testsvcv1.BidiRequest{Id: "0"}); err != nil {
+				t.Fatalf("first send: %v", err)
+			}
+			// The fake ends its attempt once it holds the first message;
+			// wait for that (its Header returns at the end, or with headers).
+			fs.mu.Lock()
+			first := fs.attempts[0]
+			fs.mu.Unlock()
+			_, _ = first.Header()
+			if err := cs.SendMsg(&testsvcv1.BidiRequest{Id: "1"}); !errors.Is(err, tc.sendErr) || (tc.sendErr == nil) != (err == nil) {
+				t.Fatalf("send after the attempt ended: %v, want %v", err, tc.sendErr)
+			}
+			if tc.recv == codes.OK {
+				_ = cs.CloseSend()
+				var got []string
+				for {
+					r := &testsvcv1.BidiResponse{}
+					if err := cs.RecvMsg(r); err != nil {
+						if !errors.Is(err, io.EOF) {
+							t.Fatalf("receive: %v", err)
+						}
+						break
+					}
+					got = append(got, r.GetId())
+				}
+				if !slices.Equal(got, []string{"0", "1"}) {
+					t.Fatalf("answers %v, want both messages replayed into the new attempt", got)
+				}
+			} else if err := cs.RecvMsg(&testsvcv1.BidiResponse{}); status.Code(err) != tc.recv {
+				t.Fatalf("receive: %v, want %v", err, tc.recv)
+			}
+			fs.mu.Lock()
+			defer fs.mu.Unlock()
+			if len(fs.attempts) != tc.opened {
+				t.Fatalf("%d attempts, want %d", len(fs.attempts), tc.opened)
+			}
+		})
+	}
+}
