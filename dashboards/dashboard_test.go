@@ -85,6 +85,7 @@ func exported(t *testing.T) map[string][]string {
 		cancel()
 	}
 	exportAdmission(t, mp)
+	exportAdaptive(t, mp)
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -134,6 +135,13 @@ var wantSeries = []string{
 	"stormguard_admission_latency_seconds",
 	"stormguard_admission_queue",
 	"stormguard_admission_refusals_total",
+	"stormguard_health_serving",
+	"stormguard_health_not_serving_total",
+	"stormguard_adaptive_refusals_total",
+	"stormguard_adaptive_probes_total",
+	"stormguard_adaptive_transitions_total",
+	"stormguard_adaptive_rejection_probability_ratio",
+	"stormguard_adaptive_down",
 }
 
 func TestExportedNames(t *testing.T) {

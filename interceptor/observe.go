@@ -27,11 +27,13 @@ const (
 	EventRetryScheduled
 	// EventRetryRefused: the client stopped retrying a retryable failure
 	// (Code) for Reason: attempts used up, budget, breaker open, tier
-	// policy, pushback, deadline, or a stream that had committed. It also
-	// reports a call whose first attempt an open breaker refused (Attempt
-	// 0, Code Unavailable, no attempt events before it), and, with
-	// WithMaxAttempts(1), every retryable failure. A caller that cancels
-	// is not reported.
+	// policy, pushback, deadline, the adaptive throttle (the target not
+	// healthy before the wait, or a refusal after it), or a stream that
+	// had committed. It also reports a call whose first attempt an open
+	// breaker or the adaptive throttle refused (Attempt 0, Code
+	// Unavailable, no attempt events before it; the throttle's refusals
+	// are EventThrottled as well), and, with WithMaxAttempts(1), every
+	// retryable failure. A caller that cancels is not reported.
 	EventRetryRefused
 	// EventRequestReceived: a server received a request; Info holds what
 	// its metadata said (depth, the caller's attempt, upstream retries).
@@ -56,8 +58,9 @@ const (
 	// EventProbe: attempt Attempt goes to a down target as a probe.
 	EventProbe
 	// EventTargetDown, EventTargetUp: the adaptive throttle for Target
-	// marked it down or back up. They come from AdaptiveObserver, wired
-	// into adaptive.Config.OnDown.
+	// marked it down or back up. New reports them for the set given with
+	// WithAdaptive (Recommended's too); for a set used without New, wire
+	// AdaptiveObserver into adaptive.Config.OnDown.
 	EventTargetDown
 	EventTargetUp
 	// EventAdmissionRefused: admission control (WithAdmission) refused a

@@ -21,10 +21,12 @@ const DownKey = attribute.Key("stormguard.adaptive.down")
 //
 //   - stormguard.adaptive.refusals (counter, {attempt}): attempts the
 //     throttle refused as they were about to go out (EventThrottled:
-//     shed, or a down target), by stormguard.target. A retry it refused
-//     earlier, before the wait, because the target was not healthy is a
-//     refusal of Metrics' stormguard.client.retry.refusals (reason
-//     "throttled"), not one of these.
+//     shed, or a down target), by stormguard.target. Each (a hedge's
+//     aside, a refused hedge) is also one of Metrics'
+//     stormguard.client.retry.refusals with reason "throttled",
+//     which counts besides the retries the throttle refused earlier,
+//     before the wait, because the target was not healthy: do not add
+//     the two.
 //   - stormguard.adaptive.probes (counter, {attempt}): attempts sent to a
 //     down target as probes, by stormguard.target.
 //   - stormguard.adaptive.transitions (counter, {transition}): targets
@@ -32,13 +34,19 @@ const DownKey = attribute.Key("stormguard.adaptive.down")
 //     stormguard.adaptive.down.
 //   - stormguard.adaptive.rejection_probability (gauge, 1): each tracked
 //     throttle's shedding probability, 1 while its target is down.
-//   - stormguard.adaptive.down (gauge, 1): 1 while the target is down.
+//   - stormguard.adaptive.down (gauge, {state}): 1 while the target is
+//     down, else 0.
+//
+// The OTel Prometheus exporter names them stormguard_adaptive_refusals_total,
+// stormguard_adaptive_probes_total, stormguard_adaptive_transitions_total,
+// stormguard_adaptive_rejection_probability_ratio and
+// stormguard_adaptive_down.
 //
 // Install it with interceptor.WithObserver(interceptor.Observers(m, am))
 // (New then reports the down and up changes of the set given with
 // WithAdaptive too; interceptor.AdaptiveObserver(am) as
 // adaptive.Config.OnDown is only for a set used without New), and call
-// Track for the gauges. Targets are attribute values: the counters
+// TrackThrottles (or Track, for a set of your own) for the gauges. Targets are attribute values: the counters
 // report at most MaxTargets of them (then "_OTHER"), the gauges those
 // the tracked sets hold (adaptive.Set holds at most its maxKeys).
 type AdaptiveMetrics struct {
@@ -49,6 +57,7 @@ type AdaptiveMetrics struct {
 
 	mu      sync.Mutex
 	sets    []*adaptive.Set
+	ics     []*interceptor.Interceptors
 	targets targetAttrs
 }
 
@@ -65,7 +74,7 @@ func NewAdaptive(mp metric.MeterProvider) (*AdaptiveMetrics, error) {
 		"Targets the adaptive throttle marked down or back up.")
 	m.probability = in.floatGauge("stormguard.adaptive.rejection_probability", "1",
 		"The adaptive throttle's shedding probability per target; 1 while the target is down.")
-	m.down = in.intGauge("stormguard.adaptive.down", "1",
+	m.down = in.intGauge("stormguard.adaptive.down", "{state}",
 		"1 while the adaptive throttle holds the target down, else 0.")
 	if err := in.err(); err != nil {
 		return nil, err
@@ -93,6 +102,20 @@ func (m *AdaptiveMetrics) Track(sets ...*adaptive.Set) {
 	}
 }
 
+// TrackThrottles reports the throttles of the interceptors is (their
+// WithAdaptive set, Recommended's too, whose set is made inside it) in
+// the gauges from the next collection on. Nil interceptors and ones
+// already tracked are ignored.
+func (m *AdaptiveMetrics) TrackThrottles(is ...*interceptor.Interceptors) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, i := range is {
+		if i != nil && !contains(m.ics, i) {
+			m.ics = append(m.ics, i)
+		}
+	}
+}
+
 // Observe records the adaptive throttle's events and ignores the others.
 // It implements interceptor.Observer.
 func (m *AdaptiveMetrics) Observe(ctx context.Context, e interceptor.Event) {
@@ -109,18 +132,29 @@ func (m *AdaptiveMetrics) Observe(ctx context.Context, e interceptor.Event) {
 func (m *AdaptiveMetrics) collect(_ context.Context, o metric.Observer) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, s := range m.sets {
-		s.Range(func(key string, t *adaptive.Throttle) bool {
-			st := t.Stats()
-			attrs := metric.WithAttributes(TargetKey.String(key))
-			o.ObserveFloat64(m.probability, st.Probability, attrs)
-			var d int64
-			if st.Down {
-				d = 1
-			}
-			o.ObserveInt64(m.down, d, attrs)
+	// A throttle reached twice (its set tracked, and interceptors built
+	// from it) is reported once.
+	seen := make(map[*adaptive.Throttle]bool)
+	observe := func(key string, t *adaptive.Throttle) bool {
+		if seen[t] {
 			return true
-		})
+		}
+		seen[t] = true
+		st := t.Stats()
+		attrs := metric.WithAttributes(TargetKey.String(key))
+		o.ObserveFloat64(m.probability, st.Probability, attrs)
+		var d int64
+		if st.Down {
+			d = 1
+		}
+		o.ObserveInt64(m.down, d, attrs)
+		return true
+	}
+	for _, s := range m.sets {
+		s.Range(observe)
+	}
+	for _, i := range m.ics {
+		i.RangeThrottles(observe)
 	}
 	return nil
 }

@@ -32,6 +32,11 @@ const (
 //	stormguard.health.serving       gauge    1 while the server says SERVING, 0 while NOT_SERVING (interceptor.WithHealth), per server
 //	stormguard.health.not_serving   counter  times the server said NOT_SERVING, per server
 //
+// The OTel Prometheus exporter names them stormguard_admission_overloaded,
+// stormguard_admission_in_flight, stormguard_admission_latency_seconds,
+// stormguard_admission_queue, stormguard_admission_refusals_total,
+// stormguard_health_serving and stormguard_health_not_serving_total.
+//
 // Install it as an observer of the server interceptors, next to Metrics
 // (interceptor.Observers(m, a)), and call Track for the gauges. It is safe
 // for concurrent use; create it with NewAdmission, once per MeterProvider.
@@ -72,7 +77,7 @@ func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 		"The latency a new request can expect: (in flight + 1) x the time per completion of the last windows, per server.")
 	a.queue = in.intGauge("stormguard.admission.queue", "{request}",
 		"Requests waiting in the admission limiter's queue, per server.")
-	a.serving = in.intGauge("stormguard.health.serving", "1",
+	a.serving = in.intGauge("stormguard.health.serving", "{state}",
 		"1 while the server reports SERVING, 0 while NOT_SERVING, from its own answers (interceptor.WithHealth), per server.")
 	a.downs = in.observableCounter("stormguard.health.not_serving", "{change}",
 		"Times the server reported NOT_SERVING, per server.")

@@ -1,16 +1,25 @@
 // Package stormotel records stormguard's interceptor events as OpenTelemetry
 // metrics, through the OTel metric API only: bring your own MeterProvider.
 //
-// Wire it once per process, before the interceptors and breaker sets that
-// report to it, then tell it which breaker sets and interceptors to watch
-// for the gauges:
+// Three observers, one per part of stormguard: Metrics (New) for calls,
+// retries, budgets, breakers and the server's view of its callers;
+// AdaptiveMetrics (NewAdaptive) for the adaptive throttle; Admission
+// (NewAdmission) for admission control and health. Recommended() runs
+// the throttle and admission control, so wire all three, once per
+// process, before the interceptors that report to them, then tell them
+// which interceptors to watch for the gauges:
 //
 //	m, err := stormotel.New(mp) // mp: your metric.MeterProvider
-//	set, err := breaker.NewSet(breaker.Config{}, 0)
-//	ic, err := interceptor.New(interceptor.WithObserver(m), interceptor.WithBreaker(set), // New reports the set's changes to m
-//		interceptor.WithBudget(budget.Config{}))
-//	m.TrackBreakers(set)
-//	m.TrackLimiters(ic)
+//	am, err := stormotel.NewAdaptive(mp)
+//	adm, err := stormotel.NewAdmission(mp)
+//	sg, err := interceptor.New(append(interceptor.Recommended(),
+//		interceptor.WithObserver(interceptor.Observers(m, am, adm)))...)
+//	m.TrackLimiters(sg)     // stormguard.budget.ratio
+//	am.TrackThrottles(sg)   // stormguard.adaptive.down, rejection_probability
+//	adm.Track("payment", sg) // stormguard.admission.*, stormguard.health.serving
+//
+// With breakers (WithBreaker), m.TrackBreakers(set) too; New reports the
+// set's changes to the observer itself.
 //
 // To serve Prometheus, give New an SDK MeterProvider whose reader is the
 // OpenTelemetry Prometheus exporter (go.opentelemetry.io/otel/exporters/prometheus);
@@ -41,7 +50,7 @@
 //	| stormguard.client.attempts                 | Int64Counter           | {attempt}    | stormguard_client_attempts_total           | rpc.*, stormguard.target, rpc.grpc.status_code | Client attempts that ended, first calls and retries alike, by code (EventAttemptEnd). |
 //	| stormguard.client.attempt.duration         | Float64Histogram       | s            | stormguard_client_attempt_duration_seconds | rpc.*, stormguard.target, rpc.grpc.status_code | Duration of each client attempt (EventAttemptEnd). |
 //	| stormguard.client.retries                  | Int64Counter           | {retry}      | stormguard_client_retries_total            | rpc.*, stormguard.target                       | Retries scheduled: the "granted" outcome of a retry (EventRetryScheduled). |
-//	| stormguard.client.retry.refusals           | Int64Counter           | {refusal}    | stormguard_client_retry_refusals_total     | rpc.*, stormguard.target, stormguard.reason    | Retryable failures the client did not retry: the "refused" outcome, by reason (EventRetryRefused). |
+//	| stormguard.client.retry.refusals           | Int64Counter           | {refusal}    | stormguard_client_retry_refusals_total     | rpc.*, stormguard.target, stormguard.reason    | Retryable failures the client did not retry: the "refused" outcome, by reason (EventRetryRefused); also first attempts an open breaker or the adaptive throttle refused (breaker_open, throttled), so AdaptiveMetrics' stormguard.adaptive.refusals are a part of these, not more. |
 //	| stormguard.client.retry.delay              | Float64Histogram       | s            | stormguard_client_retry_delay_seconds      | rpc.*, stormguard.target                       | Wait before each scheduled retry (backoff or server pushback). |
 //	| stormguard.client.hedges                   | Int64Counter           | {hedge}      | stormguard_client_hedges_total             | rpc.*, stormguard.target, stormguard.hedge     | Hedges (interceptor.WithHedging) by stormguard.hedge: sent, won (ended the call before the attempts sent earlier, with any code: the interceptor's rule that stops hedges that lose counts only its successes), cancelled (an attempt in flight when another answered), refused (due, not sent: the budget, throttle or breaker said no, or the deadline, a "do not retry", hedges that lose, a queueing target) (EventHedgeSent, EventHedgeWon, EventHedgeCancelled, EventHedgeRefused). |
 //	| stormguard.server.request.attempt          | Int64Histogram         | {attempt}    | stormguard_server_request_attempt          | rpc.*                                          | The caller's attempt index of each incoming request: 0 is a first call, 1 the first retry. The share above 0 is the share of load that is retries. |

@@ -159,7 +159,7 @@ func stormguardProcess(server bool, opts func(*telemetry) ([]interceptor.Option,
 		if err != nil {
 			return stack{}, err
 		}
-		tm.trackLimiters(ic)
+		tm.track(ic)
 		st := stack{dial: ic.DialOptions(), ic: ic}
 		if server {
 			st.server = serverOptions(ic)

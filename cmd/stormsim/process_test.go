@@ -346,35 +346,86 @@ func TestMetricsDuringOutage(t *testing.T) {
 		}
 	}
 
+	scrapeFor(t, ctx, metricsURL,
+		`(?m)^stormguard_client_retry_refusals_total\{[^}]*stormguard_reason="attempts"[^}]*\} [1-9]`,
+		`(?m)^stormguard_client_retry_refusals_total\{[^}]*stormguard_reason="breaker_open"[^}]*\} [1-9]`,
+		`(?m)^stormguard_breaker_state\{[^}]*stormguard_target="`+regexp.QuoteMeta(pay.addr)+`"[^}]*\} 2$`,
+		`(?m)^stormguard_breaker_transitions_total\{[^}]*stormguard_breaker_to_state="open"[^}]*\} [1-9]`,
+		`(?m)^stormguard_server_pushbacks_total\{[^}]*\} [1-9]`,
+	)
+}
+
+// scrapeFor scrapes url and fails t unless every pattern matches a line.
+func scrapeFor(t *testing.T, ctx context.Context, url string, patterns ...string) {
+	t.Helper()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, metricsURL, nil)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("scrape %s: %v", metricsURL, err)
+		t.Fatalf("scrape %s: %v", url, err)
 	}
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape %s: status %d, %v", metricsURL, resp.StatusCode, err)
+		t.Fatalf("scrape %s: status %d, %v", url, resp.StatusCode, err)
 	}
 	text := string(body)
-	want := []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^stormguard_client_retry_refusals_total\{[^}]*stormguard_reason="attempts"[^}]*\} [1-9]`),
-		regexp.MustCompile(`(?m)^stormguard_client_retry_refusals_total\{[^}]*stormguard_reason="breaker_open"[^}]*\} [1-9]`),
-		regexp.MustCompile(`(?m)^stormguard_breaker_state\{[^}]*stormguard_target="` + regexp.QuoteMeta(pay.addr) + `"[^}]*\} 2$`),
-		regexp.MustCompile(`(?m)^stormguard_breaker_transitions_total\{[^}]*stormguard_breaker_to_state="open"[^}]*\} [1-9]`),
-		regexp.MustCompile(`(?m)^stormguard_server_pushbacks_total\{[^}]*\} [1-9]`),
-	}
-	for _, re := range want {
-		if !re.MatchString(text) {
-			t.Errorf("order's metrics have no line matching %s", re)
+	for _, p := range patterns {
+		if !regexp.MustCompile(p).MatchString(text) {
+			t.Errorf("the metrics have no line matching %s", p)
 		}
 	}
 	if t.Failed() {
 		t.Logf("scraped:\n%s", text)
 	}
+}
+
+// With Recommended() (mode recommended, the default), the metrics show
+// what protects it: payment down in order's adaptive throttle, the
+// transition, and order's admission gauges. (An operator's trial: served
+// with stormotel.New alone, the throttle and admission control, the
+// mechanisms of Recommended, had no series at all.)
+func TestMetricsRecommendedOutage(t *testing.T) {
+	bin := buildBinary(t)
+	ctx := ctxT(t, 2*time.Minute)
+	pay := startTier(t, bin, "payment", "127.0.0.1:0", "")
+	order := startProc(t, "order", bin, "serve", "--tier", "order", "--listen", "127.0.0.1:0",
+		"--next", pay.addr, "--metrics", "127.0.0.1:0")
+	order.addr = order.expect(t, 20*time.Second, "listen address", func(string) bool { return true })
+	metricsURL := strings.TrimPrefix(order.expect(t, 20*time.Second, "metrics URL", func(l string) bool {
+		return strings.HasPrefix(l, "metrics http://127.0.0.1:")
+	}), "metrics ")
+	tiered, err := findMode("tiered")
+	if err != nil {
+		t.Fatal(err)
+	}
+	edge, err := dialEdge(order.addr, tiered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer edge.Close()
+	cl := testsvcv1.NewTestServiceClient(edge)
+	call := func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := cl.Unary(rctx, &testsvcv1.UnaryRequest{})
+		return err
+	}
+	if err := call(); err != nil {
+		t.Fatalf("healthy: %v", err)
+	}
+	pay.kill(t)
+	for range 10 {
+		_ = call()
+	}
+	scrapeFor(t, ctx, metricsURL,
+		`(?m)^stormguard_adaptive_down\{[^}]*stormguard_target="`+regexp.QuoteMeta(pay.addr)+`"[^}]*\} 1$`,
+		`(?m)^stormguard_adaptive_transitions_total\{[^}]*stormguard_adaptive_down="true"[^}]*\} [1-9]`,
+		`(?m)^stormguard_adaptive_rejection_probability_ratio\{[^}]*\} 1$`,
+		`(?m)^stormguard_admission_in_flight\{[^}]*stormguard_admission_server="order"[^}]*\} `,
+	)
 }

@@ -104,7 +104,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	)
 	if *metricsAddr != "" {
 		var stop func()
-		tm, metricsHere, stop, err = serveMetrics(*metricsAddr, stderr)
+		tm, metricsHere, stop, err = serveMetrics(*metricsAddr, *tier, stderr)
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}

@@ -23,8 +23,11 @@ import (
 // and in process to a scenario's own observer. A nil *telemetry does
 // nothing: the in-process demo runs without metrics.
 type telemetry struct {
-	metrics  *stormotel.Metrics   // nil: none
-	observer interceptor.Observer // nil: none; the busy scenarios' counts
+	metrics   *stormotel.Metrics         // nil: none
+	adaptive  *stormotel.AdaptiveMetrics // with metrics
+	admission *stormotel.Admission       // with metrics
+	tier      string                     // the server's name on the admission gauges
+	observer  interceptor.Observer       // nil: none; the busy scenarios' counts
 }
 
 func (tm *telemetry) options() []interceptor.Option {
@@ -33,7 +36,7 @@ func (tm *telemetry) options() []interceptor.Option {
 	}
 	var os []interceptor.Observer
 	if tm.metrics != nil {
-		os = append(os, tm.metrics)
+		os = append(os, tm.metrics, tm.adaptive, tm.admission)
 	}
 	if tm.observer != nil {
 		os = append(os, tm.observer)
@@ -62,9 +65,13 @@ func (tm *telemetry) trackBreakers(s *breaker.Set) {
 	}
 }
 
-func (tm *telemetry) trackLimiters(ic *interceptor.Interceptors) {
+// track reports ic's budgets, throttles and admission limiter in the
+// gauges.
+func (tm *telemetry) track(ic *interceptor.Interceptors) {
 	if tm != nil && tm.metrics != nil {
 		tm.metrics.TrackLimiters(ic)
+		tm.adaptive.TrackThrottles(ic)
+		tm.admission.Track(tm.tier, ic)
 	}
 }
 
@@ -74,7 +81,7 @@ func (tm *telemetry) trackLimiters(ic *interceptor.Interceptors) {
 // OTel maintains, so the names are the ones the dashboard in dashboards/
 // expects. addr must be a loopback address. It returns the telemetry to
 // wire into the tier, the address it listens on, and a stop function.
-func serveMetrics(addr string, stderr io.Writer) (*telemetry, net.Addr, func(), error) {
+func serveMetrics(addr, tier string, stderr io.Writer) (*telemetry, net.Addr, func(), error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--metrics %q: %w", addr, err)
@@ -88,8 +95,14 @@ func serveMetrics(addr string, stderr io.Writer) (*telemetry, net.Addr, func(), 
 		return nil, nil, nil, err
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
-	m, err := stormotel.New(mp)
-	if err != nil {
+	tm := &telemetry{tier: tier}
+	if tm.metrics, err = stormotel.New(mp); err != nil {
+		return nil, nil, nil, err
+	}
+	if tm.adaptive, err = stormotel.NewAdaptive(mp); err != nil {
+		return nil, nil, nil, err
+	}
+	if tm.admission, err = stormotel.NewAdmission(mp); err != nil {
 		return nil, nil, nil, err
 	}
 	lis, err := net.Listen("tcp", addr)
@@ -108,8 +121,10 @@ func serveMetrics(addr string, stderr io.Writer) (*telemetry, net.Addr, func(), 
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
-		_ = m.Close()
+		_ = tm.metrics.Close()
+		_ = tm.adaptive.Close()
+		_ = tm.admission.Close()
 		_ = mp.Shutdown(ctx)
 	}
-	return &telemetry{metrics: m}, lis.Addr(), stop, nil
+	return tm, lis.Addr(), stop, nil
 }
