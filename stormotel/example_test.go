@@ -8,41 +8,46 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	"github.com/stormguard/stormguard/breaker"
-	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/interceptor"
 	"github.com/stormguard/stormguard/stormotel"
 )
 
-// The wiring of one process. A Prometheus endpoint would use the OTel
-// Prometheus exporter as the reader instead of the ManualReader.
+// The wiring of one process with the recommended line: the three
+// observers, and the interceptors tracked for the gauges. A Prometheus
+// endpoint would use the OTel Prometheus exporter as the reader instead
+// of the ManualReader.
 func Example() {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer func() { _ = mp.Shutdown(context.Background()) }()
 
-	m, err := stormotel.New(mp)
+	m, err := stormotel.New(mp) // calls, retries, budgets
 	if err != nil {
 		panic(err)
 	}
-	breakers, err := breaker.NewSet(breaker.Config{}, 0) // New reports its changes to m
+	am, err := stormotel.NewAdaptive(mp) // the adaptive throttle
 	if err != nil {
 		panic(err)
 	}
-	ic, err := interceptor.New(interceptor.WithObserver(m), interceptor.WithBreaker(breakers),
-		interceptor.WithBudget(budget.Config{}))
+	adm, err := stormotel.NewAdmission(mp) // admission control, health
 	if err != nil {
 		panic(err)
 	}
-	m.TrackBreakers(breakers)
-	m.TrackLimiters(ic)
-	// grpc.NewClient(target, ic.DialOptions()...) and
-	// grpc.NewServer(ic.ServerOptions()...) would report their events;
-	// here one is reported by hand, and a breaker is created.
+	sg, err := interceptor.New(append(interceptor.Recommended(),
+		interceptor.WithObserver(interceptor.Observers(m, am, adm)))...)
+	if err != nil {
+		panic(err)
+	}
+	m.TrackLimiters(sg)
+	am.TrackThrottles(sg)
+	adm.Track("payment", sg)
+	// grpc.NewClient(target, sg.DialOptions()...) and
+	// grpc.NewServer(sg.ServerOptions()...) would report their events;
+	// here two are reported by hand.
 	m.Observe(context.Background(), interceptor.Event{
 		Kind: interceptor.EventRetryRefused, Method: "/shop.v1.Payment/Pay", Reason: interceptor.StopBudget,
 	})
-	breakers.Get("dns:///payment")
+	am.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventTargetDown, Target: "ledger:443"})
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -64,5 +69,8 @@ func Example() {
 	}
 	// Output:
 	// stormguard.client.retry.refusals rpc.method=Pay,rpc.service=shop.v1.Payment,rpc.system=grpc,stormguard.reason=budget 1
-	// stormguard.breaker.state stormguard.target=dns:///payment 0
+	// stormguard.adaptive.transitions stormguard.adaptive.down=true,stormguard.target=ledger:443 1
+	// stormguard.admission.overloaded stormguard.admission.server=payment 0
+	// stormguard.admission.in_flight stormguard.admission.server=payment 0
+	// stormguard.admission.queue stormguard.admission.server=payment 0
 }
