@@ -175,7 +175,11 @@ type Throttle struct {
 	p          float64       // the last shedding probability computed
 	broken     bool          // the connection was seen not ready, and not ready since
 	back       chan struct{} // while down, if asked for: closed when up again
-	stats      Stats
+	// unconfirmed: up since its connection was ready again (a health
+	// trial), with no answer since: that up was not reported, nor will a
+	// down from it be (see Connectivity).
+	unconfirmed bool
+	stats       Stats
 }
 
 // Stats are a Throttle's counters since it was created, and its state.
@@ -191,7 +195,9 @@ type Stats struct {
 	// Refused requests refused while the target was down, and Probes the
 	// attempts let through while it was down.
 	Shed, RetriesRefused, Refused, Probes int64
-	// Downs counts the times the target was marked down.
+	// Downs counts the times the target was marked down, as OnDown
+	// reports them: not again after a revival by its connection alone
+	// (see Connectivity).
 	Downs int64
 }
 
@@ -447,6 +453,12 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 	changed := false
 	if o == Accept || o == Busy {
 		t.answers.Add(1)
+		if t.unconfirmed && !t.down {
+			// The first answer since a revival by the connection alone:
+			// now the target is reported back up.
+			t.unconfirmed = false
+			changed = true
+		}
 	}
 	if t.back != nil && (o == Accept || o == Busy) {
 		// An answer: the target serves (see Back).
@@ -505,8 +517,14 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 			t.credit, t.probes = 0, 0
 			t.early = !t.broken
 			t.nextProbe = el + t.probeGap(u)
-			t.stats.Downs++
-			changed = true
+			if t.unconfirmed {
+				// Down again before any answer confirmed the revival:
+				// reported as up, it was never reported back up.
+				t.unconfirmed = false
+			} else {
+				t.stats.Downs++
+				changed = true
+			}
 		}
 	}
 	down := t.down
@@ -556,17 +574,24 @@ func (t *Throttle) setUp() {
 // Revive ends the down state at once, for a signal that the target is
 // back without a probe: its connection became ready again, or an answer
 // from it carried its state. It does nothing to a target that is up.
-func (t *Throttle) Revive() {
+func (t *Throttle) Revive() { t.revive(true) }
+
+// revive is Revive; confirmed says whether the signal came from the
+// target (an answer), which reports the target back up at once, or from
+// its connection alone (see Connectivity), which waits for an answer.
+func (t *Throttle) revive(confirmed bool) {
 	el := t.elapsed()
 	t.mu.Lock()
 	changed := t.down
+	report := changed && confirmed
 	if changed {
 		t.setUp()
 		t.accepted, t.lastAccept = true, el
+		t.unconfirmed = !confirmed
 		t.publish(el)
 	}
 	t.mu.Unlock()
-	if changed && t.cfg.OnDown != nil {
+	if report && t.cfg.OnDown != nil {
 		t.cfg.OnDown(t.cfg.Name, false)
 	}
 }
@@ -578,6 +603,14 @@ func (t *Throttle) Revive() {
 // the target is down revives it (see Revive) without waiting for a probe:
 // its process accepts connections again. A connection that stays ready
 // says nothing (the target answers, with errors), and changes nothing.
+//
+// A revival by the connection alone is reported (OnDown, Stats.Downs)
+// only once an answer confirms it, and a down before that is not
+// reported again: a server that says NOT_SERVING over gRPC health
+// checking and lets a trial in every 200 ms makes every client's channel
+// ready at each trial, and each failed trial marked its clients' targets
+// up and down again, a pair of changes every 200 ms through one outage
+// (an operator's trial: 5 to 7 in 2.5 s).
 func (t *Throttle) Connectivity(ready bool) {
 	t.mu.Lock()
 	switch {
@@ -593,7 +626,7 @@ func (t *Throttle) Connectivity(ready bool) {
 		t.broken = false
 	case t.broken:
 		t.mu.Unlock()
-		t.Revive()
+		t.revive(false)
 		return
 	}
 	t.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -960,5 +961,50 @@ func TestClockBackWhileUpStillCallsDown(t *testing.T) {
 	}
 	if !th.Down() {
 		t.Errorf("a target failing everything for 10 s was not marked down after a clock step back; stats %+v", th.Stats())
+	}
+}
+
+// A server that says NOT_SERVING over health checking and lets a trial
+// in every 200 ms makes its clients' channels ready at each trial, and
+// not ready again when the trial fails: each ready revives the target,
+// each failure marks it down. Those changes are not reported (OnDown,
+// Stats.Downs) until an answer confirms a revival: one down and one up
+// per outage, where an operator's trial saw a pair every 200-400 ms.
+func TestRevivalByConnectionReportedOnAnswer(t *testing.T) {
+	var reports []bool
+	th, clk := newTest(t, Config{OnDown: func(_ string, down bool) { reports = append(reports, down) }})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false) // NOT_SERVING: the channel is not ready
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down after a failure on a broken connection")
+	}
+	for range 5 { // trials that fail
+		clk.Advance(200 * ms)
+		th.Connectivity(true)
+		if th.Down() {
+			t.Fatal("a ready channel did not revive the target")
+		}
+		th.Connectivity(false)
+		if !attempt(th, false, Overload) || !th.Down() {
+			t.Fatal("the trial's failure did not mark the target down again")
+		}
+	}
+	clk.Advance(200 * ms)
+	th.Connectivity(true) // the trial that passes
+	if !attempt(th, false, Accept) || th.Down() {
+		t.Fatal("an answer did not keep the target up")
+	}
+	if want := []bool{true, false}; !slices.Equal(reports, want) || th.Stats().Downs != 1 {
+		t.Fatalf("reports %v, downs %d; want %v and 1", reports, th.Stats().Downs, want)
+	}
+	// A revival confirmed by an answer (a stream's header, a probe's "do
+	// not retry") is reported at once.
+	th.Connectivity(false)
+	attempt(th, false, Overload)
+	th.Revive()
+	if want := []bool{true, false, true, false}; !slices.Equal(reports, want) {
+		t.Fatalf("reports %v, want %v", reports, want)
 	}
 }
