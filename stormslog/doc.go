@@ -1,7 +1,8 @@
 // Package stormslog logs stormguard's interceptor events with log/slog: refused
 // retries, summed up per target and interval so that an outage logs a
 // bounded number of lines, circuit breaker and adaptive throttle changes,
-// and callers that stack grpc-go's retry under a retrying interceptor.
+// a server's admission refusals and health changes, and callers that
+// stack grpc-go's retry under a retrying interceptor.
 // Successful calls log nothing.
 //
 // Install it like any interceptor.Observer:
@@ -35,6 +36,12 @@
 //	| adaptive throttle: target down | WARN  | stormguard: target down                      | target |
 //	| adaptive throttle: target up   | INFO  | stormguard: target back up                   | target |
 //	| stacked retry, once per method | WARN  | stormguard: stacked retries                  | method, depth, attempt |
+//	| admission refused: overload, deadline, limit, queue_timeout | WARN | stormguard: request refused | method, reason, code, attempt |
+//	| admission refused: caller_gone | INFO  | stormguard: request refused                  | (same) |
+//	| more admission refusals in the interval | as the reason | stormguard: request refused, repeats | reason, repeats, interval |
+//	| health: NOT_SERVING (WithHealth) | WARN | stormguard: not serving                    | |
+//	| health: SERVING again          | INFO  | stormguard: serving again                    | |
+//	| more health changes in the interval | as the state | stormguard: health changes, repeats | to, repeats, interval |
 //	| retry scheduled                | DEBUG | stormguard: retry scheduled                  | target, method, attempt, depth, in_handler, delay |
 //	| pushback sent                  | DEBUG | stormguard: pushback sent                    | method, depth, attempt, code |
 //	| attempt start and end, request received | never |                                | |
@@ -59,7 +66,10 @@
 // Observer receives after the interval ends (or by Flush). So each target
 // logs at most two refusal lines per reason and per value of in_handler in
 // any interval, however many calls fail: an outage at any request rate
-// logs a few lines a second per target. Breaker and throttle changes are
+// logs a few lines a second per target. A server's admission refusals
+// are counted by reason, and its health changes by the state entered (a
+// server that is not serving lets a trial in every 200 ms, and changes
+// twice per trial), the same way. Breaker and throttle changes are
 // logged one by one (a breaker changes state at most a few times per open
 // interval, a throttle's target goes down at most once per outage).
 // DEBUG lines are one per event: they are for debugging, not for

@@ -26,6 +26,12 @@ const (
 	MsgTargetDown          = "stormguard: target down"
 	MsgTargetUp            = "stormguard: target back up"
 	MsgStackedRetry        = "stormguard: stacked retries"
+
+	MsgAdmissionRefused        = "stormguard: request refused"
+	MsgAdmissionRefusedSummary = "stormguard: request refused, repeats"
+	MsgNotServing              = "stormguard: not serving"
+	MsgServing                 = "stormguard: serving again"
+	MsgHealthSummary           = "stormguard: health changes, repeats"
 )
 
 // DefaultInterval is the interval over which refusals of one target for
@@ -62,11 +68,16 @@ type Observer struct {
 	stacked map[string]bool     // methods whose stacked retry was logged; guarded by mu
 }
 
-// tallyKey is what refusals are summed up by.
+// tallyKey is what refusals are summed up by: a client's refused
+// retries by target, reason and in_handler; a server's admission
+// refusals by reason; its health changes by the state entered.
 type tallyKey struct {
+	kind      interceptor.EventKind // EventRetryRefused, EventAdmissionRefused or EventNotServing (health)
 	target    string
 	reason    interceptor.StopReason
 	inHandler bool
+	admission interceptor.AdmissionReason
+	serving   bool
 }
 
 // tally counts the refusals of one key since the one that was logged.
@@ -163,8 +174,15 @@ func inHandler(ctx context.Context) bool {
 
 // Observe logs e if it is worth a line. It implements interceptor.Observer.
 func (o *Observer) Observe(ctx context.Context, e interceptor.Event) {
-	if e.Kind == interceptor.EventRetryRefused {
+	switch e.Kind {
+	case interceptor.EventRetryRefused:
 		o.refused(ctx, e)
+		return
+	case interceptor.EventAdmissionRefused:
+		o.admissionRefused(ctx, e)
+		return
+	case interceptor.EventNotServing, interceptor.EventServing:
+		o.health(ctx, e)
 		return
 	}
 	if o.pending.Load() > 0 {
@@ -242,14 +260,11 @@ func (o *Observer) firstStacked(method string) bool {
 // refused logs a refusal, or counts it for the summary of its interval.
 func (o *Observer) refused(ctx context.Context, e interceptor.Event) {
 	level := o.level(e.Reason)
-	if !o.l.Enabled(ctx, level) {
-		if o.pending.Load() > 0 {
-			o.sweep(false)
-		}
+	if !o.enabledOrSweep(ctx, level) {
 		return
 	}
 	in := inHandler(ctx)
-	if o.interval > 0 && !o.first(tallyKey{e.Target, e.Reason, in}, level) {
+	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventRetryRefused, target: e.Target, reason: e.Reason, inHandler: in}, level) {
 		return
 	}
 	attrs := [...]slog.Attr{
@@ -266,6 +281,59 @@ func (o *Observer) refused(ctx context.Context, e interceptor.Event) {
 		n-- // no code to show
 	}
 	o.l.LogAttrs(ctx, level, MsgRetryRefused, attrs[:n]...)
+}
+
+// admissionRefused logs a request that admission control refused, or
+// counts it for the summary of its interval: WARN (the server is
+// overloaded, or a fixed limit is reached), but INFO for a caller that
+// was gone.
+func (o *Observer) admissionRefused(ctx context.Context, e interceptor.Event) {
+	level := slog.LevelWarn
+	if e.Admission == interceptor.AdmissionCallerGone {
+		level = slog.LevelInfo
+	}
+	if !o.enabledOrSweep(ctx, level) {
+		return
+	}
+	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventAdmissionRefused, admission: e.Admission}, level) {
+		return
+	}
+	o.l.LogAttrs(ctx, level, MsgAdmissionRefused,
+		slog.String("method", e.Method),
+		slog.String("reason", e.Admission.String()),
+		slog.String("code", e.Code.String()),
+		slog.Int("attempt", e.Info.Attempt))
+}
+
+// health logs the server's own health changes (WithHealth): NOT_SERVING
+// at WARN, SERVING again at INFO. A server that is not serving lets a
+// trial in every 200 ms and so changes twice per trial: the changes of
+// an interval after its first are summed up, as refusals are.
+func (o *Observer) health(ctx context.Context, e interceptor.Event) {
+	serving := e.Kind == interceptor.EventServing
+	level, msg := slog.LevelWarn, MsgNotServing
+	if serving {
+		level, msg = slog.LevelInfo, MsgServing
+	}
+	if !o.enabledOrSweep(ctx, level) {
+		return
+	}
+	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventNotServing, serving: serving}, level) {
+		return
+	}
+	o.l.LogAttrs(ctx, level, msg)
+}
+
+// enabledOrSweep reports whether level is logged; if not, it still
+// writes the summaries that are due.
+func (o *Observer) enabledOrSweep(ctx context.Context, level slog.Level) bool {
+	if o.l.Enabled(ctx, level) {
+		return true
+	}
+	if o.pending.Load() > 0 {
+		o.sweep(false)
+	}
+	return false
 }
 
 // first reports whether the refusal for k is the first of its interval,
@@ -345,19 +413,36 @@ func (o *Observer) write(done []summary) {
 		return
 	}
 	slices.SortFunc(done, func(a, b summary) int {
-		return cmp.Or(cmp.Compare(a.key.target, b.key.target), cmp.Compare(a.key.reason, b.key.reason),
-			cmp.Compare(boolInt(a.key.inHandler), boolInt(b.key.inHandler)))
+		return cmp.Or(cmp.Compare(a.key.kind, b.key.kind), cmp.Compare(a.key.target, b.key.target),
+			cmp.Compare(a.key.reason, b.key.reason), cmp.Compare(boolInt(a.key.inHandler), boolInt(b.key.inHandler)),
+			cmp.Compare(a.key.admission, b.key.admission), cmp.Compare(boolInt(a.key.serving), boolInt(b.key.serving)))
 	})
 	ctx := context.Background()
 	for _, s := range done {
-		o.l.LogAttrs(ctx, s.t.level, MsgRetryRefusedSummary,
-			slog.String("target", s.key.target),
-			slog.String("reason", reasonName(s.key.reason)),
-			slog.Bool("in_handler", s.key.inHandler),
-			slog.Int64("repeats", s.t.repeats),
-			slog.Duration("interval", o.interval),
-		)
+		repeats, interval := slog.Int64("repeats", s.t.repeats), slog.Duration("interval", o.interval)
+		switch s.key.kind {
+		case interceptor.EventAdmissionRefused:
+			o.l.LogAttrs(ctx, s.t.level, MsgAdmissionRefusedSummary,
+				slog.String("reason", s.key.admission.String()), repeats, interval)
+		case interceptor.EventNotServing:
+			o.l.LogAttrs(ctx, s.t.level, MsgHealthSummary,
+				slog.String("to", healthState(s.key.serving)), repeats, interval)
+		default:
+			o.l.LogAttrs(ctx, s.t.level, MsgRetryRefusedSummary,
+				slog.String("target", s.key.target),
+				slog.String("reason", reasonName(s.key.reason)),
+				slog.Bool("in_handler", s.key.inHandler),
+				repeats, interval,
+			)
+		}
 	}
+}
+
+func healthState(serving bool) string {
+	if serving {
+		return "SERVING"
+	}
+	return "NOT_SERVING"
 }
 
 func boolInt(b bool) int {

@@ -385,3 +385,37 @@ func TestThrottleAndStackedLines(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+// A server's admission refusals and health changes are logged as the
+// client's refusals are: the first of an interval as it happens, the
+// others of it as one summary line. (An operator's trial: an overloaded
+// server that refused half its traffic, and a server that said
+// NOT_SERVING, logged nothing.)
+func TestAdmissionAndHealthLines(t *testing.T) {
+	buf := &buffer{}
+	clk := clock.NewFake(frozen)
+	o := stormslog.New(newLogger(buf, slog.LevelInfo), stormslog.WithClock(clk))
+	ctx := context.Background()
+	for range 100 {
+		o.Observe(ctx, interceptor.Event{Kind: interceptor.EventAdmissionRefused, Method: "/p.S/M", Admission: interceptor.AdmissionOverload, Code: codes.Unavailable, Info: interceptor.Info{Attempt: 1}})
+	}
+	o.Observe(ctx, interceptor.Event{Kind: interceptor.EventAdmissionRefused, Method: "/p.S/M", Admission: interceptor.AdmissionCallerGone, Code: codes.Canceled})
+	for range 5 { // trials that fail: NOT_SERVING, SERVING, NOT_SERVING, ...
+		o.Observe(ctx, interceptor.Event{Kind: interceptor.EventNotServing})
+		o.Observe(ctx, interceptor.Event{Kind: interceptor.EventServing})
+	}
+	clk.Advance(2 * time.Second)
+	o.Flush()
+	want := []string{
+		`{"level":"WARN","msg":"stormguard: request refused","method":"/p.S/M","reason":"overload","code":"Unavailable","attempt":1}`,
+		`{"level":"INFO","msg":"stormguard: request refused","method":"/p.S/M","reason":"caller_gone","code":"Canceled","attempt":0}`,
+		`{"level":"WARN","msg":"stormguard: not serving"}`,
+		`{"level":"INFO","msg":"stormguard: serving again"}`,
+		`{"level":"WARN","msg":"stormguard: request refused, repeats","reason":"overload","repeats":99,"interval":1000000000}`,
+		`{"level":"WARN","msg":"stormguard: health changes, repeats","to":"NOT_SERVING","repeats":4,"interval":1000000000}`,
+		`{"level":"INFO","msg":"stormguard: health changes, repeats","to":"SERVING","repeats":4,"interval":1000000000}`,
+	}
+	if got := buf.lines(); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
