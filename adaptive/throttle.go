@@ -583,7 +583,12 @@ func (t *Throttle) revive(confirmed bool) {
 	el := t.elapsed()
 	t.mu.Lock()
 	changed := t.down
-	report := changed && confirmed
+	// Up since a revival by its connection alone, and now confirmed by the
+	// target: that up is reported now.
+	report := changed && confirmed || confirmed && t.unconfirmed
+	if confirmed {
+		t.unconfirmed = false
+	}
 	if changed {
 		t.setUp()
 		t.accepted, t.lastAccept = true, el

@@ -29,9 +29,12 @@ func (s *retryStream) SendMsg(m any) error {
 	}
 	if md, _ := a.cs.Header(); md != nil {
 		// Headers came before the end: committed (gRFC A6), nothing to
-		// replay; the caller reads the status from RecvMsg.
+		// replay; the caller reads the status from RecvMsg, where the
+		// mechanisms hear how the attempt ended (as failed does, the
+		// mechanisms are not told of an answer that the end followed:
+		// the target may have died since, and be down).
 		s.commit()
-		s.answered(a)
+		a.answered.Store(true)
 		return io.EOF
 	}
 	if s.headerStep(a) {

@@ -35,7 +35,9 @@ const DownKey = attribute.Key("stormguard.adaptive.down")
 //   - stormguard.adaptive.rejection_probability (gauge, 1): each tracked
 //     throttle's shedding probability, 1 while its target is down.
 //   - stormguard.adaptive.down (gauge, {state}): 1 while the target is
-//     down, else 0.
+//     down, else 0: the throttle's state as it is, which a health trial
+//     revives for the trial (transitions count the changes OnDown
+//     reports, an up once an answer confirms it).
 //
 // The OTel Prometheus exporter names them stormguard_adaptive_refusals_total,
 // stormguard_adaptive_probes_total, stormguard_adaptive_transitions_total,

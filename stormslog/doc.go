@@ -41,7 +41,7 @@
 //	| more admission refusals in the interval | as the reason | stormguard: request refused, repeats | reason, repeats, interval |
 //	| health: NOT_SERVING (WithHealth) | WARN | stormguard: not serving                    | |
 //	| health: SERVING again          | INFO  | stormguard: serving again                    | |
-//	| more health changes in the interval | as the state | stormguard: health changes, repeats | to, repeats, interval |
+//	| more health changes in the interval | as the last | stormguard: health changes, repeats | to (the state the last entered), repeats, interval |
 //	| retry scheduled                | DEBUG | stormguard: retry scheduled                  | target, method, attempt, depth, in_handler, delay |
 //	| pushback sent                  | DEBUG | stormguard: pushback sent                    | method, depth, attempt, code |
 //	| attempt start and end, request received | never |                                | |
@@ -67,9 +67,10 @@
 // logs at most two refusal lines per reason and per value of in_handler in
 // any interval, however many calls fail: an outage at any request rate
 // logs a few lines a second per target. A server's admission refusals
-// are counted by reason, and its health changes by the state entered (a
-// server that is not serving lets a trial in every 200 ms, and changes
-// twice per trial), the same way. Breaker and throttle changes are
+// are counted by reason, and its health changes together (a server that
+// is not serving lets a trial in every 200 ms, and changes twice per
+// trial), the same way; a health summary names the state the last
+// change entered. Breaker and throttle changes are
 // logged one by one (a breaker changes state at most a few times per open
 // interval, a throttle's target goes down at most once per outage).
 // DEBUG lines are one per event: they are for debugging, not for

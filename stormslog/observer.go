@@ -77,7 +77,6 @@ type tallyKey struct {
 	reason    interceptor.StopReason
 	inHandler bool
 	admission interceptor.AdmissionReason
-	serving   bool
 }
 
 // tally counts the refusals of one key since the one that was logged.
@@ -85,6 +84,7 @@ type tally struct {
 	start   time.Time
 	repeats int64 // refusals since the logged one, not logged
 	level   slog.Level
+	serving bool // health: the state the last change entered
 }
 
 // summary is a line to write once the lock is released.
@@ -264,7 +264,7 @@ func (o *Observer) refused(ctx context.Context, e interceptor.Event) {
 		return
 	}
 	in := inHandler(ctx)
-	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventRetryRefused, target: e.Target, reason: e.Reason, inHandler: in}, level) {
+	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventRetryRefused, target: e.Target, reason: e.Reason, inHandler: in}, level, false) {
 		return
 	}
 	attrs := [...]slog.Attr{
@@ -295,7 +295,7 @@ func (o *Observer) admissionRefused(ctx context.Context, e interceptor.Event) {
 	if !o.enabledOrSweep(ctx, level) {
 		return
 	}
-	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventAdmissionRefused, admission: e.Admission}, level) {
+	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventAdmissionRefused, admission: e.Admission}, level, false) {
 		return
 	}
 	o.l.LogAttrs(ctx, level, MsgAdmissionRefused,
@@ -308,7 +308,8 @@ func (o *Observer) admissionRefused(ctx context.Context, e interceptor.Event) {
 // health logs the server's own health changes (WithHealth): NOT_SERVING
 // at WARN, SERVING again at INFO. A server that is not serving lets a
 // trial in every 200 ms and so changes twice per trial: the changes of
-// an interval after its first are summed up, as refusals are.
+// an interval after its first are summed up, as refusals are, in one
+// line that names the state the last of them entered, at its level.
 func (o *Observer) health(ctx context.Context, e interceptor.Event) {
 	serving := e.Kind == interceptor.EventServing
 	level, msg := slog.LevelWarn, MsgNotServing
@@ -318,7 +319,7 @@ func (o *Observer) health(ctx context.Context, e interceptor.Event) {
 	if !o.enabledOrSweep(ctx, level) {
 		return
 	}
-	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventNotServing, serving: serving}, level) {
+	if o.interval > 0 && !o.first(tallyKey{kind: interceptor.EventNotServing}, level, serving) {
 		return
 	}
 	o.l.LogAttrs(ctx, level, msg)
@@ -339,7 +340,7 @@ func (o *Observer) enabledOrSweep(ctx context.Context, level slog.Level) bool {
 // first reports whether the refusal for k is the first of its interval,
 // to be logged; otherwise it counts it. It writes the summaries of the
 // intervals that are over first.
-func (o *Observer) first(k tallyKey, level slog.Level) bool {
+func (o *Observer) first(k tallyKey, level slog.Level, serving bool) bool {
 	now := o.clk.Now()
 	o.mu.Lock()
 	done := o.sweepLocked(now, false, nil)
@@ -350,11 +351,12 @@ func (o *Observer) first(k tallyKey, level slog.Level) bool {
 	}
 	if ok {
 		t.repeats++
+		t.level, t.serving = level, serving // the same for a refusal; a health change's latest
 		if t.repeats == 1 {
 			o.pending.Add(1)
 		}
 	} else {
-		o.tallies[k] = &tally{start: now, level: level}
+		o.tallies[k] = &tally{start: now, level: level, serving: serving}
 		if end := now.Add(o.interval).UnixNano(); end < o.nextSweep.Load() {
 			o.nextSweep.Store(end)
 		}
@@ -415,7 +417,7 @@ func (o *Observer) write(done []summary) {
 	slices.SortFunc(done, func(a, b summary) int {
 		return cmp.Or(cmp.Compare(a.key.kind, b.key.kind), cmp.Compare(a.key.target, b.key.target),
 			cmp.Compare(a.key.reason, b.key.reason), cmp.Compare(boolInt(a.key.inHandler), boolInt(b.key.inHandler)),
-			cmp.Compare(a.key.admission, b.key.admission), cmp.Compare(boolInt(a.key.serving), boolInt(b.key.serving)))
+			cmp.Compare(a.key.admission, b.key.admission))
 	})
 	ctx := context.Background()
 	for _, s := range done {
@@ -426,7 +428,7 @@ func (o *Observer) write(done []summary) {
 				slog.String("reason", s.key.admission.String()), repeats, interval)
 		case interceptor.EventNotServing:
 			o.l.LogAttrs(ctx, s.t.level, MsgHealthSummary,
-				slog.String("to", healthState(s.key.serving)), repeats, interval)
+				slog.String("to", healthState(s.t.serving)), repeats, interval)
 		default:
 			o.l.LogAttrs(ctx, s.t.level, MsgRetryRefusedSummary,
 				slog.String("target", s.key.target),
