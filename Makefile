@@ -121,7 +121,8 @@ bench-happy: $(BIN)/benchstat
 # TCP, ghz at a fixed concurrency and the project's open-loop generator,
 # retries off and the peers in the same run, each figure the median of 3
 # interleaved runs (about 33 minutes on 2 cores). BUSY_FLAGS=-quick for a
-# look in a few minutes; BUSY_FLAGS='-scenarios replicas' for one scenario.
+# shorter look (about 15 minutes); BUSY_FLAGS='-scenarios replicas' for one
+# scenario.
 BUSY_FLAGS ?=
 
 bench-busy: $(BIN)/ghz
