@@ -585,15 +585,14 @@ func (t *Throttle) revive(confirmed bool) {
 	changed := t.down
 	// Up since a revival by its connection alone, and now confirmed by the
 	// target: that up is reported now.
-	report := changed && confirmed || confirmed && t.unconfirmed
-	if confirmed {
-		t.unconfirmed = false
-	}
+	report := confirmed && (changed || t.unconfirmed)
 	if changed {
 		t.setUp()
 		t.accepted, t.lastAccept = true, el
-		t.unconfirmed = !confirmed
 		t.publish(el)
+	}
+	if changed || confirmed {
+		t.unconfirmed = !confirmed
 	}
 	t.mu.Unlock()
 	if report && t.cfg.OnDown != nil {

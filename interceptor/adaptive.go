@@ -203,12 +203,8 @@ func (g *throttleGuard) retry(*call) StopReason {
 // end, the streams a client watches and cancels never told the throttle
 // that the target serves, while its failed opens did, and a healthy
 // streaming server was called down (a user's trial: after 3 failed opens
-// among served streams). A down target is revived as well.
+// among served streams). The accept revives a down target too.
 func (g *throttleGuard) answered(_ *call, a *attempt) {
-	t := g.throttle()
-	if t.Down() {
-		t.Revive()
-	}
 	if a.thrDone.CompareAndSwap(false, true) {
 		p := a.thr
 		a.thr = adaptive.Permit{}

@@ -34,8 +34,6 @@ func TestStreamSendEOFKeepsDeadTargetDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var th *adaptive.Throttle
-	set.Range(func(_ string, x *adaptive.Throttle) bool { th = x; return false })
 	if err := cs.SendMsg(&testsvcv1.BidiRequest{Id: "0"}); err != nil {
 		t.Fatal(err)
 	}
@@ -45,15 +43,8 @@ func TestStreamSendEOFKeepsDeadTargetDown(t *testing.T) {
 	_, _ = first.Header() // the fake has sent headers and ended (the crash)
 
 	// Other calls find the target dead: its channel broke, a failure.
-	p, _ := th.Allow(false)
-	p.Done(adaptive.Accept)
-	clk.Advance(time.Second)
-	th.Connectivity(false)
-	p, _ = th.Allow(false)
-	p.Done(adaptive.Overload)
-	if !th.Down() {
-		t.Fatal("setup: target not down")
-	}
+	th := set.Get(normalizeTarget(newCC(t).Target()))
+	markDown(t, th, clk)
 
 	if err := cs.SendMsg(&testsvcv1.BidiRequest{Id: "1"}); !errors.Is(err, io.EOF) {
 		t.Fatalf("send: %v, want io.EOF", err)

@@ -104,9 +104,7 @@ func TestAdmissionHealth(t *testing.T) {
 // newAdmission returns Admission instruments on a manual reader.
 func newAdmission(t *testing.T) (*stormotel.Admission, *sdkmetric.ManualReader) {
 	t.Helper()
-	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	r, mp := newProvider(t)
 	a, err := stormotel.NewAdmission(mp)
 	if err != nil {
 		t.Fatal(err)

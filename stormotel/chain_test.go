@@ -63,9 +63,7 @@ func startChain(t *testing.T, spec chainSpec) (*testsvc.Chain, map[string]*proc)
 	names := append([]string{"edge"}, testsvc.DefaultTiers...)
 	procs := map[string]*proc{}
 	for _, name := range names {
-		r := sdkmetric.NewManualReader()
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+		r, mp := newProvider(t)
 		m, err := stormotel.New(mp)
 		if err != nil {
 			t.Fatal(err)

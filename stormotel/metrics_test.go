@@ -20,9 +20,7 @@ import (
 
 func newMetrics(t testing.TB) (*stormotel.Metrics, *sdkmetric.ManualReader) {
 	t.Helper()
-	r := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	r, mp := newProvider(t)
 	m, err := stormotel.New(mp)
 	if err != nil {
 		t.Fatal(err)
@@ -190,4 +188,14 @@ func BenchmarkObserve(b *testing.B) {
 			})
 		})
 	}
+}
+
+// newProvider returns a MeterProvider whose reader the test collects
+// from, shut down when the test ends.
+func newProvider(t testing.TB) (*sdkmetric.ManualReader, *sdkmetric.MeterProvider) {
+	t.Helper()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return r, mp
 }

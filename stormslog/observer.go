@@ -70,7 +70,7 @@ type Observer struct {
 
 // tallyKey is what refusals are summed up by: a client's refused
 // retries by target, reason and in_handler; a server's admission
-// refusals by reason; its health changes by the state entered.
+// refusals by reason; its health changes all together.
 type tallyKey struct {
 	kind      interceptor.EventKind // EventRetryRefused, EventAdmissionRefused or EventNotServing (health)
 	target    string
