@@ -28,7 +28,10 @@
 //     accept. A deadline that ran out while the target answered other
 //     attempts is no hang (Silence): the target's latency was the
 //     deadline's, as on a chain at capacity loaded by a fixed number of
-//     callers, which shedding cannot relieve. Nor are silences that
+//     callers, which shedding cannot relieve. Nor is a deadline that ran
+//     out sooner than the target's accepted attempts of the window took
+//     (a caller whose deadlines are shorter than the target's latency
+//     says nothing about the target). Nor are silences that
 //     all end within DownAfter of the first (attempts sent at once whose
 //     deadlines run out together, a client process that did not run
 //     for a moment): they count once they have gone on for DownAfter,

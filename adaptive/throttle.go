@@ -53,14 +53,22 @@ const (
 	// not broken.
 	Busy
 	// Silence: the caller's deadline ran out before the target answered
-	// the attempt. It is an Overload if the target answered nothing
-	// since the attempt was allowed and such silences have gone on for
-	// DownAfter (a hang: nothing comes back), and is Ignored otherwise.
-	// If the target answered others meanwhile, the deadline was shorter
-	// than the target's latency of the moment, as on a healthy chain at
-	// capacity whose latency is the callers' deadline, which a client
-	// cannot shed away (a caller at a fixed concurrency sends its next
-	// request the moment it is refused). Silences that all end within
+	// the attempt. It is an Overload if the attempt waited at least as
+	// long as the slowest accepted attempt of the window (or the last
+	// one, if none is in it), the target answered nothing since the
+	// attempt was allowed, and such silences have gone on for DownAfter
+	// (a hang: nothing comes back), and is Ignored otherwise. A deadline
+	// shorter than the target takes to answer says nothing about it: a
+	// caller whose deadlines are 3 ms at a target that answers in 10 ms
+	// would otherwise mark it down for every other caller too quiet to
+	// be answered meanwhile. (So a hang is not seen by callers whose
+	// deadlines are shorter than the target's answers were: they fail
+	// at their deadlines, as they did before it.) If the target
+	// answered others meanwhile, the deadline was shorter than the
+	// target's latency of the moment, as on a healthy chain at capacity
+	// whose latency is the callers' deadline, which a client cannot shed
+	// away (a caller at a fixed concurrency sends its next request the
+	// moment it is refused). Silences that all end within
 	// DownAfter of the first are one event, not evidence: many attempts
 	// sent at once whose deadlines run out together, or a caller's
 	// process that did not run for a moment (on a saturated machine its
@@ -125,6 +133,12 @@ type bucket struct {
 	req, acc int64
 }
 
+// latBucket holds the longest time an accepted attempt took in its
+// Window/10 (see slowest).
+type latBucket struct {
+	idx, max int64
+}
+
 // Throttle protects one target. Create one with New; the zero value is
 // not usable. It is safe for concurrent use.
 //
@@ -160,6 +174,11 @@ type Throttle struct {
 	silentFrom int64
 	silentN    int64
 	buckets    [numBuckets]bucket
+	// lat: the longest accepted attempts per bucket, and lastLat the
+	// time the last accepted attempt took (see slowest). Kept apart from
+	// buckets, which are forgotten when a loss is over.
+	lat        [numBuckets]latBucket
+	lastLat    int64
 	gen        uint64 // grows on every change between up and down
 	down       bool
 	accepted   bool  // any accept seen
@@ -266,6 +285,7 @@ type Permit struct {
 	t       *Throttle
 	gen     uint64
 	answers uint64 // t.answers when allowed
+	at      int64  // t.elapsed() when allowed
 	probe   bool
 }
 
@@ -280,8 +300,8 @@ func (p Permit) Probe() bool { return p.probe }
 // the information).
 func (t *Throttle) Allow(retry bool) (Permit, error) {
 	if w := t.word.Load(); w&1 == 1 {
-		// The common case, a healthy target: no lock, no clock.
-		return Permit{t: t, gen: w >> 1, answers: t.answers.Load()}, nil
+		// The common case, a healthy target: no lock, one clock read.
+		return Permit{t: t, gen: w >> 1, answers: t.answers.Load(), at: t.elapsed()}, nil
 	}
 	u := t.draw()
 	el := t.elapsed()
@@ -309,7 +329,7 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 	}
 	gen := t.gen
 	t.mu.Unlock()
-	return Permit{t: t, gen: gen, answers: t.answers.Load()}, nil
+	return Permit{t: t, gen: gen, answers: t.answers.Load(), at: el}, nil
 }
 
 // probability returns the shedding probability at el. t.mu is held.
@@ -378,7 +398,7 @@ func (t *Throttle) Healthy() bool {
 // nothing is served), and ProbeInterval still spaces the probes.
 func (t *Throttle) AllowTrial() (Permit, error) {
 	if w := t.word.Load(); w&1 == 1 {
-		return t.Allow(false) // up and healthy: no lock, no clock
+		return t.Allow(false) // up and healthy: no lock
 	}
 	u := t.draw()
 	el := t.elapsed()
@@ -410,7 +430,7 @@ func (t *Throttle) allowDown(el int64, u float64, retry, trial bool) (Permit, er
 	t.stats.Probes++
 	gen := t.gen
 	t.mu.Unlock()
-	return Permit{t: t, gen: gen, answers: t.answers.Load(), probe: true}, nil
+	return Permit{t: t, gen: gen, answers: t.answers.Load(), at: el, probe: true}, nil
 }
 
 // probeGap is ProbeInterval spread over [0.5, 1.5) by u.
@@ -432,10 +452,10 @@ func (p Permit) Done(o Outcome) {
 	if o != Accept && o != Overload && o != Busy && o != Silence {
 		return
 	}
-	p.t.done(p.gen, o)
+	p.t.done(p.gen, p.at, o)
 }
 
-func (t *Throttle) done(gen uint64, o Outcome) {
+func (t *Throttle) done(gen uint64, at int64, o Outcome) {
 	var u float64
 	if o == Overload || o == Silence {
 		u = t.draw()
@@ -444,6 +464,12 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 	t.mu.Lock()
 	n, from := int64(1), el // overload failures, the first at from
 	if o == Silence {
+		if el-at < t.slowest(el) {
+			// The deadline ran out before the target would have
+			// answered: no evidence (see Silence).
+			t.mu.Unlock()
+			return
+		}
 		if n, from = t.silences(el); n == 0 {
 			t.mu.Unlock()
 			return
@@ -479,6 +505,7 @@ func (t *Throttle) done(gen uint64, o Outcome) {
 			t.bucket(el).req++
 		}
 	case Accept:
+		t.noteLatency(el, el-at)
 		t.accepted, t.lastAccept, t.run = true, el, 0
 		t.fresh++
 		// An answer came through: the connection works, whatever was
@@ -699,6 +726,32 @@ func (t *Throttle) bucket(el int64) *bucket {
 		*b = bucket{idx: idx}
 	}
 	return b
+}
+
+// noteLatency notes that an accepted attempt took d, at el. t.mu is held.
+func (t *Throttle) noteLatency(el, d int64) {
+	idx := el / t.width
+	b := &t.lat[idx%numBuckets]
+	if b.idx != idx {
+		*b = latBucket{idx: idx}
+	}
+	b.max = max(b.max, d)
+	t.lastLat = d
+}
+
+// slowest returns the longest time an accepted attempt took in the window
+// ending at el, or the time the last one took if it is longer (or none
+// in the window): the least wait whose silence says something about the
+// target (see Silence). t.mu is held.
+func (t *Throttle) slowest(el int64) int64 {
+	idx := el / t.width
+	m := t.lastLat
+	for i := range t.lat {
+		if b := &t.lat[i]; b.idx > idx-numBuckets && b.idx <= idx {
+			m = max(m, b.max)
+		}
+	}
+	return m
 }
 
 // sum returns the requests and accepts in the window ending at el. t.mu

@@ -1008,3 +1008,83 @@ func TestRevivalByConnectionReportedOnAnswer(t *testing.T) {
 		t.Fatalf("reports %v, want %v", reports, want)
 	}
 }
+
+// TestShortDeadlineIsNoHang: an attempt whose deadline ran out sooner than
+// the target answers is no evidence that it hangs. A caller whose
+// deadlines are shorter than the target's latency (3 ms at a target that
+// answers in 10 ms, sending back to back: a hostile or just a misjudged
+// client) used to mark a healthy target down for every other caller of
+// the tier whenever they were too quiet to answer within DownAfter; a
+// trial by a user found 7 of 8 such calls failing after the hold. A
+// deadline that waited longer than the target's answers, as a hang's do,
+// still counts.
+func TestShortDeadlineIsNoHang(t *testing.T) {
+	const latency = 10 * ms
+	// Accepts that took latency each; then for 2 s an attempt starts
+	// every millisecond and runs out after waited (so waited/1 ms of them
+	// are in flight, as callers sending back to back), and, if quiet, a
+	// caller's attempt every 200 ms is accepted after latency.
+	run := func(t *testing.T, waited time.Duration, quiet bool) *Throttle {
+		th, clk := newTest(t, Config{})
+		for range 20 {
+			p, err := th.Allow(false)
+			if err != nil {
+				t.Fatalf("warm-up refused: %v", err)
+			}
+			clk.Advance(latency)
+			p.Done(Accept)
+		}
+		type inFlight struct {
+			p   Permit
+			end time.Duration
+			o   Outcome
+		}
+		var flying []inFlight
+		for now := time.Duration(0); now < 2*time.Second; now += ms {
+			if p, err := th.Allow(false); err == nil {
+				flying = append(flying, inFlight{p, now + waited, Silence})
+			}
+			if quiet && now%(200*ms) == 0 {
+				if p, err := th.Allow(false); err == nil {
+					flying = append(flying, inFlight{p, now + latency, Accept})
+				}
+			}
+			clk.Advance(ms)
+			rest := flying[:0]
+			for _, f := range flying {
+				if f.end <= now+ms {
+					f.p.Done(f.o)
+				} else {
+					rest = append(rest, f)
+				}
+			}
+			flying = rest
+		}
+		return th
+	}
+	for _, tc := range []struct {
+		name     string
+		waited   time.Duration
+		quiet    bool
+		wantDown bool
+	}{
+		{"3 ms deadlines, quiet others", 3 * ms, true, false},
+		{"8 ms deadlines, quiet others", 8 * ms, true, false},
+		{"3 ms deadlines alone", 3 * ms, false, false},
+		// A hang as callers see it: their deadlines are longer than the
+		// target took to answer, and nothing comes back.
+		{"hang, 20 ms deadlines", 20 * ms, false, true},
+		{"hang, 200 ms deadlines", 200 * ms, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			th := run(t, tc.waited, tc.quiet)
+			st := th.Stats()
+			if tc.wantDown && !st.Down {
+				t.Errorf("stats %+v; want down", st)
+			}
+			if !tc.wantDown && (st.Down || st.Downs > 0 || st.Refused > 0 || st.Shed > 0) {
+				t.Errorf("stats %+v; want never down, nothing refused", st)
+			}
+		})
+	}
+}

@@ -195,3 +195,70 @@ func TestAdaptiveDontRetryProbeRevives(t *testing.T) {
 		t.Fatal("a probe answered \"do not retry\" left the target down")
 	}
 }
+
+// A caller whose deadlines are shorter than the target takes to answer
+// says nothing about the target: over a real gRPC connection, 40 calls
+// whose deadlines run out 3 ms (on the throttle's clock) after they are
+// sent, one after another, at a target whose calls were answered after
+// 10 ms, leave it up for every other caller (a user's trial: a client
+// with 3 ms deadlines made a tier refuse 7 of 8 calls of its quiet
+// callers). The same calls waiting 15 ms, longer than any answer took, are
+// a hang, as before.
+func TestShortDeadlinesDoNotDownTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		waited   time.Duration
+		wantDown bool
+	}{
+		{"shorter than the answers", 3 * time.Millisecond, false},
+		{"longer than the answers", 15 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			set := newAdaptive(t, clk, nil)
+			var short atomic.Bool
+			svc := &stubService{unary: func(_ int, ctx context.Context) error {
+				if short.Load() {
+					clk.Advance(tc.waited)
+					<-ctx.Done() // no answer before the caller's deadline
+					return status.FromContextError(ctx.Err()).Err()
+				}
+				clk.Advance(10 * time.Millisecond) // answered after 10 ms
+				return nil
+			}}
+			cl := startStub(t, svc, WithAdaptive(set))
+			call := func(d time.Duration) error {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				_, err := cl.Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
+				return err
+			}
+			for n := range 20 {
+				if err := call(10 * time.Second); err != nil {
+					t.Fatalf("call %d: %v", n, err)
+				}
+			}
+			short.Store(true)
+			th := set.Get("stub")
+			// 40 calls: 120 ms of them on the throttle's clock, more than
+			// DownAfter. Their real deadline leaves the handler time to
+			// advance the clock before the caller gives up.
+			for n := 0; n < 40 && !th.Down(); n++ {
+				if err := call(20 * time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+					t.Fatalf("short call %d: %v, want DEADLINE_EXCEEDED", n, err)
+				}
+			}
+			st := th.Stats()
+			if st.Down != tc.wantDown {
+				t.Fatalf("after calls whose deadlines ran out %v after they were sent: stats %+v, want down %v", tc.waited, st, tc.wantDown)
+			}
+			if tc.wantDown {
+				return
+			}
+			short.Store(false)
+			if err := call(10 * time.Second); err != nil || th.Stats().Refused != 0 {
+				t.Fatalf("a caller with a long deadline: %v (stats %+v), want OK, nothing refused", err, th.Stats())
+			}
+		})
+	}
+}
