@@ -254,7 +254,7 @@ func (c *call) classify(a *attempt, err error, trailer metadata.MD) outcome {
 	e := ending{
 		code: code, shed: shedMarked(trailer), pushback: pb, hasPushback: hasPB,
 		callerDone: cerr != nil, callerExpired: errors.Is(cerr, context.DeadlineExceeded),
-		answered: a.answered.Load(), ownTimeout: a.timedOut,
+		answered: a.answered.Load(), ownTimeout: a.timedOut, stream: a.stream,
 	}
 	if code == codes.DeadlineExceeded {
 		e.retried = a.timedOut // never the caller's deadline

@@ -16,6 +16,7 @@ import (
 type attempt struct {
 	n        int32 // its index, 0 for the first (32 bits: the flags share its word)
 	timedOut bool  // its own per-attempt timeout expired (unary)
+	stream   bool  // a stream's attempt (see ending.stream)
 	// mustReport: a mechanism holds a scarce slot for the attempt (a
 	// half-open breaker's probe), so that a stream its caller abandons
 	// must release it when the caller's context ends (see abandoner).

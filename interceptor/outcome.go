@@ -73,6 +73,10 @@ type ending struct {
 	callerDone, callerExpired bool
 	// answered: the target had answered (a stream's header or message).
 	answered bool
+	// stream: the attempt is a stream's, whose target may rightly say
+	// nothing for as long as it has nothing to send (a watch), so that
+	// its caller's deadline running out first says nothing about it.
+	stream bool
 	// ownTimeout: a DEADLINE_EXCEEDED of the attempt's own per-attempt
 	// timeout (see call.ownTimeout).
 	ownTimeout bool
@@ -106,9 +110,10 @@ func classifyKind(e ending) outcomeKind {
 	switch {
 	case e.code == codes.OK:
 		return outcomeSuccess
-	case e.callerDone && (!e.callerExpired || e.answered):
+	case e.callerDone && (!e.callerExpired || e.answered || e.stream):
 		// A caller that cancelled says nothing about the target; nor does
-		// a deadline that ran out on a stream the target answered.
+		// a deadline that ran out on a stream: a watch whose target has
+		// nothing to send sends nothing, not even its header.
 		return outcomeNothing
 	case e.shed:
 		return outcomeBusy
@@ -124,7 +129,10 @@ func classifyKind(e ending) outcomeKind {
 		return outcomeTimeout
 	case e.code == codes.DeadlineExceeded && e.pastDeadline && !e.answered:
 		// The server's timer fired before the caller's: a hang all the
-		// same (see call.pastDeadline).
+		// same (see call.pastDeadline), or nothing for a stream.
+		if e.stream {
+			return outcomeNothing
+		}
 		return outcomeHang
 	}
 	return outcomeAnswer

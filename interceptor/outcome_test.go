@@ -85,6 +85,8 @@ func parseEnding(t *testing.T, r outcomeRow) ending {
 			e.callerDone, e.callerExpired = true, true
 		case w == "answered":
 			e.answered = true
+		case w == "stream":
+			e.stream = true
 		case w == "own-timeout":
 			e.ownTimeout = true
 		case w == "past-deadline":

@@ -238,6 +238,7 @@ func (s *retryStream) open() (started bool, wait time.Duration, err error) {
 	if s.c.attempt > 0 {
 		a = &streamAttempt{}
 	}
+	a.stream = true
 	if err := s.c.begin(&a.attempt); err != nil {
 		return false, 0, err
 	}
