@@ -89,9 +89,16 @@ type HealthSetter interface {
 //
 // Services are the health service names whose status WithHealth sets;
 // "" (the whole server, what HealthServiceConfig watches) is always one
-// of them. WithHealth owns their status from New on (New sets each to
-// the tracker's state, SERVING for a new one): to drain the server, call
-// the health server's Shutdown, which ignores later updates.
+// of them. WithHealth owns their status from New on: New sets each to
+// the tracker's state, SERVING for a new one, but leaves a status that
+// h already reports NOT_SERVING (if h can say: grpc-go's health server
+// can), so that a server kept out of rotation until it is warm stays out
+// until its owner sets SERVING. Later, each change of the tracker's
+// state and each trial sets every service's status, whatever an operator
+// set meanwhile: to drain the server for good, call the health server's
+// Shutdown, which ignores later updates (Resume undoes it). The tracker's
+// state (Serving, and stormotel's stormguard.health.serving gauge) does
+// not see what an operator set.
 //
 // h is usually the *health.Server registered on the same grpc.Server:
 //
@@ -126,7 +133,7 @@ func WithHealth(h HealthSetter, cfg admission.ServingConfig, services ...string)
 		// A health server knows only "" until told: a client that
 		// watches another of the services would see it unknown, and its
 		// channel never ready, until the first change.
-		sh.setAll()
+		sh.setInitial()
 		return nil
 	})
 }
@@ -215,11 +222,34 @@ var healthPrefix = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 // healthMethod reports whether method is one of the gRPC health service's.
 func healthMethod(method string) bool { return strings.HasPrefix(method, healthPrefix) }
 
-// setAll sets every service's status to the current state.
-func (sh *selfHealth) setAll() {
+// healthChecker reads a service's status: grpc-go's *health.Server
+// satisfies it.
+type healthChecker interface {
+	Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error)
+}
+
+// setInitial sets every service's status to the current state, except
+// that a service that h already says is NOT_SERVING stays so while the
+// state is SERVING: a server kept out until it is warm (its status set
+// before New, and set to SERVING by its owner when ready) would
+// otherwise take calls it cannot serve yet from New on.
+func (sh *selfHealth) setInitial() {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.setLocked()
+	if !sh.serving.Serving() {
+		sh.setLocked()
+		return
+	}
+	hc, _ := sh.h.(healthChecker)
+	for _, svc := range sh.services {
+		if hc != nil {
+			r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+			if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
+				continue
+			}
+		}
+		sh.h.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
 }
 
 // setLocked sets every service's status to the current state; a server

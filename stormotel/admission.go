@@ -29,7 +29,7 @@ const (
 //	stormguard.admission.latency    gauge    s, the latency a new request can expect, per server
 //	stormguard.admission.queue      gauge    requests waiting in the limiter's queue (admission.Config.QueueSize), per server
 //	stormguard.admission.refusals   counter  requests refused before the handler, by reason
-//	stormguard.health.serving       gauge    1 while the server says SERVING, 0 while NOT_SERVING (interceptor.WithHealth), per server
+//	stormguard.health.serving       gauge    1 while the server's own state (interceptor.WithHealth) is SERVING, 0 while NOT_SERVING, per server; not what an operator set on the health server
 //	stormguard.health.not_serving   counter  times the server said NOT_SERVING, per server
 //
 // The OTel Prometheus exporter names them stormguard_admission_overloaded,
@@ -78,7 +78,7 @@ func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 	a.queue = in.intGauge("stormguard.admission.queue", "{request}",
 		"Requests waiting in the admission limiter's queue, per server.")
 	a.serving = in.intGauge("stormguard.health.serving", "{state}",
-		"1 while the server reports SERVING, 0 while NOT_SERVING, from its own answers (interceptor.WithHealth), per server.")
+		"1 while the server's own state is SERVING, 0 while NOT_SERVING, from its own answers (interceptor.WithHealth), per server; not what an operator set on the health server.")
 	a.downs = in.observableCounter("stormguard.health.not_serving", "{change}",
 		"Times the server reported NOT_SERVING, per server.")
 	a.refusals = in.counter("stormguard.admission.refusals", "{request}",
