@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/stormguard/stormguard/internal/keyed"
 	"github.com/stormguard/stormguard/internal/listeners"
@@ -24,9 +25,13 @@ const DefaultMaxKeys = 1024
 // throttle keeps working for whoever holds it; the next Get for its key
 // starts a fresh one. (It used to return nil once full, and every new
 // target then ran unthrottled, forever.)
+//
+// The zero Set is usable: the defaults of a zero Config and
+// DefaultMaxKeys.
 type Set struct {
-	cfg Config // normalized
-	m   keyed.Map[*Throttle]
+	cfg  Config // normalized
+	m    keyed.Map[*Throttle]
+	zero sync.Once // a Set not made by NewSet takes the defaults
 
 	// listeners are called after cfg.OnDown.
 	listeners listeners.List[func(name string, down bool)]
@@ -54,12 +59,22 @@ func NewSet(cfg Config, maxKeys int) (*Set, error) {
 // Get returns the throttle for key, creating it if needed (see Set for
 // what happens when the Set is full). It never returns nil.
 func (s *Set) Get(key string) *Throttle {
+	s.zero.Do(s.defaults)
 	return s.m.Get(key, func() *Throttle {
 		cfg := s.cfg
 		cfg.Name = key
 		cfg.OnDown = s.downChanged
 		return newThrottle(cfg)
 	})
+}
+
+// defaults sets up a zero Set (NewSet sets Max).
+func (s *Set) defaults() {
+	if s.m.Max == 0 {
+		s.cfg, _ = Config{}.normalize()
+		s.m.Max = DefaultMaxKeys
+		s.m.Pinned = (*Throttle).Down
+	}
 }
 
 // Len returns the number of throttles in the set.

@@ -1088,3 +1088,27 @@ func TestShortDeadlineIsNoHang(t *testing.T) {
 		})
 	}
 }
+
+// A zero Set is usable, with the defaults: its throttles used to panic
+// (integer divide by zero) at the first Done, far from the cause (a
+// user's trial: a Set embedded by value in a client struct).
+func TestZeroSet(t *testing.T) {
+	var s Set
+	th := s.Get("x")
+	p, err := th.Allow(false)
+	if err != nil {
+		t.Fatalf("Allow: %v", err)
+	}
+	p.Done(Accept)
+	for range 20 {
+		if p, err := th.Allow(false); err == nil {
+			p.Done(Overload)
+		}
+	}
+	if s.Get("x") != th || s.Len() != 1 {
+		t.Errorf("Get again: another throttle (len %d)", s.Len())
+	}
+	if s.Get("y") == th || s.Len() != 2 {
+		t.Errorf("a second key: len %d, want 2 throttles", s.Len())
+	}
+}

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/stormguard/stormguard/internal/keyed"
 	"github.com/stormguard/stormguard/internal/listeners"
@@ -23,9 +24,13 @@ import (
 // one of them evicted (the one under the hand, roughly the oldest). An evicted
 // breaker keeps working for whoever holds it, but the Set forgets it: the
 // next Get for its key creates a fresh, closed breaker.
+//
+// The zero Set is usable: the defaults of a zero Config and
+// DefaultMaxKeys.
 type Set struct {
-	cfg Config // normalized; OnStateChange is the user's
-	m   keyed.Map[*Breaker]
+	cfg  Config // normalized; OnStateChange is the user's
+	m    keyed.Map[*Breaker]
+	zero sync.Once // a Set not made by NewSet takes the defaults
 
 	// listeners are called after cfg.OnStateChange.
 	listeners listeners.List[func(name string, from, to State)]
@@ -54,12 +59,22 @@ func NewSet(cfg Config, maxKeys int) (*Set, error) {
 // Get returns the breaker for key, creating it if needed. Callers may keep
 // the result; see Set for what eviction means for it.
 func (s *Set) Get(key string) *Breaker {
+	s.zero.Do(s.defaults)
 	return s.m.Get(key, func() *Breaker {
 		cfg := s.cfg
 		cfg.Name = key
 		cfg.OnStateChange = s.stateChanged
 		return newBreaker(cfg)
 	})
+}
+
+// defaults sets up a zero Set (NewSet sets Max).
+func (s *Set) defaults() {
+	if s.m.Max == 0 {
+		s.cfg, _ = Config{}.normalize()
+		s.m.Max = DefaultMaxKeys
+		s.m.Pinned = (*Breaker).holding
+	}
 }
 
 // Len returns the number of breakers in the set.

@@ -291,3 +291,21 @@ func TestSetEvictsStaleOpen(t *testing.T) {
 		t.Error("an open breaker within its interval was evicted")
 	}
 }
+
+// A zero Set is usable, with the defaults: its breakers used to panic
+// (integer divide by zero) at the first Done (a user's trial).
+func TestZeroSet(t *testing.T) {
+	var s Set
+	b := s.Get("x")
+	for range DefaultMinimumCalls {
+		if p, err := b.Allow(); err == nil {
+			p.Done(Failure)
+		}
+	}
+	if b.State() != Open {
+		t.Errorf("after %d failures: %v, want open (the defaults)", DefaultMinimumCalls, b.State())
+	}
+	if s.Get("x") != b || s.Get("y") == b || s.Len() != 2 {
+		t.Errorf("Get: len %d, want one breaker per key", s.Len())
+	}
+}
