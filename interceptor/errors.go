@@ -53,6 +53,11 @@ const (
 	// (at capacity, or overloaded), and a hedge would only add to the
 	// queue (see WithHedging; EventHedgeRefused only).
 	StopQueueing
+	// StopHedgeShare: a hedge was not sent because the target's recent
+	// hedges came to their share of its recent calls (1 - the adaptive
+	// delay's Percentile, 5 % by default; see WithHedging;
+	// EventHedgeRefused only).
+	StopHedgeShare
 )
 
 var stopReasonNames = map[StopReason]string{
@@ -68,6 +73,7 @@ var stopReasonNames = map[StopReason]string{
 	StopThrottled:    "adaptive throttle refused",
 	StopHedgesLost:   "recent hedges rarely won",
 	StopQueueing:     "target is queueing",
+	StopHedgeShare:   "hedges at their share of calls",
 }
 
 func (r StopReason) String() string {

@@ -233,7 +233,7 @@ func (h *hedgeCall) startLead() {
 	delay := c.hedgeDelay(h.target)
 	// A lead that cannot be hedged (the rules say no now) needs neither a
 	// timer nor a context of its own to cancel: no coordinator will run.
-	hedgeable := h.hedgeDue() && h.rules(t.start) == 0
+	hedgeable := h.hedgeDue() && h.rules(t.start, true) == 0
 	t.ctx, t.stop = actx, noCancel
 	if hedgeable {
 		t.ctx, t.stop = context.WithCancel(actx)
@@ -250,17 +250,16 @@ func (h *hedgeCall) startLead() {
 func noCancel() {}
 
 // rules reports why the target may get no hedge by the rules of its own
-// (it is queueing, its hedges lose), or zero. While it may not, a lead
-// starts no timer, and a call costs only the mark more than one that
-// does not hedge; mayHedge asks again when a hedge is due.
-func (h *hedgeCall) rules(now time.Time) StopReason {
-	switch {
-	case h.target.delay.Queueing():
+// (it is queueing, its hedges lose, they are at their share of the
+// calls), or zero; lead: asked as a lead attempt starts. While it may
+// not, a lead starts no timer, and a call costs only the mark more than
+// one that does not hedge; mayHedge asks again when a hedge is due.
+func (h *hedgeCall) rules(now time.Time, lead bool) StopReason {
+	r := h.target.allows(now, lead)
+	if h.target.delay.Queueing() {
 		return StopQueueing
-	case !h.target.winning(now):
-		return StopHedgesLost
 	}
-	return 0
+	return r
 }
 
 // endLead reports whether the lead ended before its hedge delay, and
@@ -388,7 +387,7 @@ func (h *hedgeCall) mayHedge() StopReason {
 	if c.ctx.Err() != nil {
 		return StopCanceled
 	}
-	if r := h.rules(c.cfg.now()); r != 0 {
+	if r := h.rules(c.cfg.now(), false); r != 0 {
 		return r
 	}
 	for _, m := range c.mechanisms() {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/hedge"
 	testsvcv1 "github.com/stormguard/stormguard/proto/stormguard/testsvc/v1"
 )
 
@@ -76,7 +77,8 @@ func TestHedgeStress(t *testing.T) {
 // of every third call wait until cancelled; the others answer at once.
 func TestHedgeLeadTimerReused(t *testing.T) {
 	rec := &recorder{}
-	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithObserver(rec), noWait)
+	// A third of the calls hedged: their share (1 - Percentile) allows it.
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond, Adaptive: hedge.Config{Percentile: 0.5}}), WithObserver(rec), noWait)
 	cc := newCC(t)
 	const calls = 300
 	for n := range calls {

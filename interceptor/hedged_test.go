@@ -530,27 +530,56 @@ func TestHedgeAdaptiveDelay(t *testing.T) {
 func TestHedgeWinRule(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ht := &hedgeTarget{}
+	winning := func(at time.Time) bool { return ht.allows(at, false) != StopHedgesLost }
 	for n := range winTrial {
-		if !ht.winning(now) {
+		if !winning(now) {
 			t.Fatalf("refused after %d hedges: want %d tried first", n, winTrial)
 		}
 		ht.count(now, false)
 	}
-	if ht.winning(now) {
+	if winning(now) {
 		t.Fatalf("%d hedges sent, none won: still hedging", winTrial)
 	}
 	ht.count(now, true)
-	if !ht.winning(now) {
+	if !winning(now) {
 		t.Fatalf("1 of %d won: want hedging (>= %v)", winTrial, minWinShare)
 	}
 	for range 20 {
 		ht.count(now, false)
 	}
-	if ht.winning(now) {
+	if winning(now) {
 		t.Fatal("1 of 30 won: still hedging")
 	}
-	if !ht.winning(now.Add(4 * winHalfLife)) {
+	if !winning(now.Add(4 * winHalfLife)) {
 		t.Fatal("after four half-lives: want a trial")
+	}
+}
+
+// The share rule: however slow the target turns, recent hedges stay
+// below share of its recent calls, plus one, so that a delay learnt from
+// faster times does not hedge a growing queue's every call.
+func TestHedgeShareRule(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ht := &hedgeTarget{share: 0.05}
+	hedges := 0
+	for range 4000 { // 4 s of 1 000 calls a second, every one outlasting the delay
+		if ht.allows(now, true) == 0 {
+			hedges++
+			ht.count(now, false)
+			ht.count(now, true) // and winning: only the share rule stops them
+		}
+		now = now.Add(time.Millisecond)
+	}
+	if hedges < 150 || hedges > 230 {
+		t.Errorf("%d hedges for 4 000 calls that all outlasted the delay, want about 5 %% (200)", hedges)
+	}
+	if r := ht.allows(now, false); r != StopHedgeShare {
+		t.Errorf("at the share: %v, want %v", r, StopHedgeShare)
+	}
+	// A quiet client still hedges now and then.
+	quiet := &hedgeTarget{share: 0.05}
+	if r := quiet.allows(now, true); r != 0 {
+		t.Errorf("first call of a quiet client: %v, want a hedge allowed", r)
 	}
 }
 
@@ -560,7 +589,8 @@ func TestHedgeWinRule(t *testing.T) {
 func TestHedgesThatLoseStop(t *testing.T) {
 	timers, rec := newHedgeTimers(), newEventWaiter()
 	still := time.Now()
-	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithObserver(rec), timers.option(), withNow(func() time.Time { return still }))
+	// Every call hedged: their share (1 - Percentile) allows it.
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond, Adaptive: hedge.Config{Percentile: 0.01}}), WithObserver(rec), timers.option(), withNow(func() time.Time { return still }))
 	f := newHedgeInvoker()
 	f.answer[1] = hang // the hedge waits behind the first: it never wins
 	for n := range winTrial {

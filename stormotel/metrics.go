@@ -133,7 +133,7 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 	m.stacked = in.counter("stormguard.server.stacked_retries", "{request}",
 		"Requests whose caller runs grpc-go's built-in retry under a retrying client interceptor: the attempts multiply.")
 	m.hedges = in.counter("stormguard.client.hedges", "{hedge}",
-		"Hedged attempts sent, won, cancelled and refused.")
+		"Hedges sent, won and refused, and attempts cancelled in flight when another answered (leads too: cancelled is not a part of sent).")
 	m.transitions = in.counter("stormguard.breaker.transitions", "{transition}",
 		"Circuit breaker state changes, by the state entered.")
 	m.breakerState = in.intGauge("stormguard.breaker.state", "{state}",
