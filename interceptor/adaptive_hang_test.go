@@ -46,12 +46,7 @@ func TestAdaptiveHangOverGRPC(t *testing.T) {
 				return errStubDown
 			}}
 			cl := startStub(t, svc, WithAdaptive(set))
-			call := func(d time.Duration) error {
-				ctx, cancel := context.WithTimeout(context.Background(), d)
-				defer cancel()
-				_, err := cl.Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
-				return err
-			}
+			call := func(d time.Duration) error { return unaryWithin(cl, d) }
 			for n := range 20 {
 				if err := call(10 * time.Second); err != nil {
 					t.Fatalf("healthy call %d: %v", n, err)
@@ -228,12 +223,7 @@ func TestShortDeadlinesDoNotDownTarget(t *testing.T) {
 				return nil
 			}}
 			cl := startStub(t, svc, WithAdaptive(set))
-			call := func(d time.Duration) error {
-				ctx, cancel := context.WithTimeout(context.Background(), d)
-				defer cancel()
-				_, err := cl.Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
-				return err
-			}
+			call := func(d time.Duration) error { return unaryWithin(cl, d) }
 			for n := range 20 {
 				if err := call(10 * time.Second); err != nil {
 					t.Fatalf("call %d: %v", n, err)
@@ -289,10 +279,7 @@ func TestQuietStreamsDoNotDownTarget(t *testing.T) {
 			}
 			cl := startStub(t, svc, WithAdaptive(set))
 			for n := range 20 {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				_, err := cl.Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
-				cancel()
-				if err != nil {
+				if err := unaryWithin(cl, 10*time.Second); err != nil {
 					t.Fatalf("call %d: %v", n, err)
 				}
 			}
@@ -310,4 +297,12 @@ func TestQuietStreamsDoNotDownTarget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// unaryWithin makes one unary call with deadline d.
+func unaryWithin(cl testsvcv1.TestServiceClient, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := cl.Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
+	return err
 }
