@@ -75,6 +75,14 @@ var dontRetryShed = metadata.Pairs(MetadataPushback, "-1", MetadataShed, "1")
 // sees unary calls only, so a server whose load comes from messages on
 // open streams is not protected by it.
 //
+// The limit is the server's, across its methods: while one method's
+// calls queue (its dependency is slow), every method's new calls and
+// streams are refused, also those that would not touch it (a streaming
+// user's trial: watches that never touch the queueing pool, 31-46 % of
+// their opens refused at the tier above it). Give such methods their own
+// server, or leave admission control off where methods depend on
+// different backends.
+//
 // An invalid cfg makes New fail. The limiter lives in the option: pass the
 // same Option value to both server interceptors to share one limit.
 func WithAdmission(cfg admission.Config) Option {
