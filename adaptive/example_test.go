@@ -6,15 +6,21 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/adaptive"
-	"github.com/stormguard/stormguard/internal/clock"
 )
+
+// stepClock is a clock that moves only when told: Config.Clock takes
+// any value with a Now method (nil: the system clock).
+type stepClock struct{ now time.Time }
+
+func (c *stepClock) Now() time.Time          { return c.now }
+func (c *stepClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
 
 // A target that dies after healthy traffic (its connection broken) is
 // down at its first failure 50 ms or more after its last accept; the
 // calls then fail at once, and the first accepted probe brings it back.
 // Behind a connection that stays ready it takes eight failures in a row.
 func Example() {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := &stepClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	t, err := adaptive.New(adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }})
 	if err != nil {
 		panic(err)

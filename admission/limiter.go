@@ -104,8 +104,9 @@ var (
 	ErrLimit = errors.New("admission: concurrency limit reached")
 )
 
-// Clock tells the time; clock.Real and clock.Fake from this module satisfy
-// it. Durations are taken as Now().Sub(start), so a clock whose readings
+// Clock tells the time: any value with a Now method (a test's clock that
+// moves only when told; nil in a Config means the system clock).
+// Durations are taken as Now().Sub(start), so a clock whose readings
 // carry Go's monotonic component (time.Now does) is immune to wall-clock
 // jumps.
 type Clock interface {

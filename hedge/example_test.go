@@ -5,15 +5,21 @@ import (
 	"time"
 
 	"github.com/stormguard/stormguard/hedge"
-	"github.com/stormguard/stormguard/internal/clock"
 )
+
+// stepClock is a clock that moves only when told: Config.Clock takes
+// any value with a Now method (nil: the system clock).
+type stepClock struct{ now time.Time }
+
+func (c *stepClock) Now() time.Time          { return c.now }
+func (c *stepClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
 
 // A target that answers in 10 ms, and in 500 ms one time in fifty: the
 // delay is Initial until 100 latencies came, then their 95th percentile,
 // about 10 ms, so that the slow fiftieth of the requests gets a hedge
 // after 11 ms instead of an answer after 500.
 func Example() {
-	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	clk := &stepClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	d, err := hedge.New(hedge.Config{Clock: clk})
 	if err != nil {
 		panic(err)
