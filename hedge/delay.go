@@ -154,15 +154,22 @@ type Delay struct {
 	nextAt atomic.Int64         // elapsed: when Get recomputes it
 	// median is the window's median (ns) at the last computation, floor
 	// the lowest median seen lately (see Queueing); 0 before MinSamples.
-	median, floor atomic.Int64
+	// recent is the median of the latencies recorded since the
+	// computation before (0: too few of them).
+	median, floor, recent atomic.Int64
 	// initial: the delay is Initial, for want of MinSamples: the Record
 	// that brings the current half to MinSamples makes the next Get
 	// recompute it, not the next Window/20.
 	initial atomic.Bool
 
-	mu     sync.Mutex // guards at and the switch of halves
+	mu     sync.Mutex // guards at and the switch of halves, and last
 	halves [2]half
 	at     int // index of cur in halves
+	turns  int // switches of halves so far
+	// last: the window's counts per bucket at the last computation, and
+	// turns then, to tell the latencies recorded since (see recentMedian).
+	last      [numBuckets]int64
+	lastTurns int
 }
 
 // New returns a Delay, or an error wrapping ErrInvalidConfig when a
@@ -220,6 +227,7 @@ func (d *Delay) turn(el int64) {
 		h.n.Store(0)
 		d.cur.Store(h)
 		d.ends.Add(halfLen)
+		d.turns++
 	}
 	if e := d.ends.Load(); el >= e {
 		// Idle for a window or more: both halves are empty now.
@@ -248,6 +256,7 @@ func (d *Delay) compute() time.Duration {
 	d.initial.Store(n < int64(d.cfg.MinSamples))
 	if n < int64(d.cfg.MinSamples) {
 		d.median.Store(0) // too few to say: not queueing
+		d.recent.Store(0)
 		return d.bound(d.cfg.Initial)
 	}
 	// The smallest latencies with at least half, and at least Percentile,
@@ -270,7 +279,41 @@ func (d *Delay) compute() time.Duration {
 		med, at = max(med, upper(numBuckets-1)), max(at, upper(numBuckets-1))
 	}
 	d.setMedian(med)
+	d.recent.Store(d.recentMedian())
 	return d.bound(time.Duration(at))
+}
+
+// minRecent latencies recorded since the last computation at least make
+// their median count (see Queueing).
+const minRecent = 20
+
+// recentMedian returns the median of the latencies recorded since the
+// last computation, or 0 when fewer than minRecent came or the halves
+// switched meanwhile (the counts then no longer add up); it keeps the
+// counts for the next one.
+func (d *Delay) recentMedian() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var diff [numBuckets]int64
+	var n int64
+	for i := range numBuckets {
+		c := d.halves[0].counts[i].Load() + d.halves[1].counts[i].Load()
+		diff[i] = c - d.last[i]
+		d.last[i] = c
+		n += diff[i]
+	}
+	fresh := d.turns == d.lastTurns
+	d.lastTurns = d.turns
+	if !fresh || n < minRecent {
+		return 0
+	}
+	var seen int64
+	for i := range numBuckets {
+		if seen += diff[i]; seen >= (n+1)/2 {
+			return upper(i)
+		}
+	}
+	return 0
 }
 
 // floorRise is how slowly the floor of the median follows a median
@@ -293,11 +336,16 @@ func (d *Delay) setMedian(med int64) {
 // Queueing reports whether the target's recent median latency is more
 // than twice the lowest median it had lately: it spends its time in a
 // queue (at capacity from a fixed number of callers, or overloaded), not
-// in a slow tail, and a hedge would only add to the queue. It is false
-// until MinSamples latencies came, and is as recent as the last Get.
+// in a slow tail, and a hedge would only add to the queue. The recent
+// median is the window's, or that of the latencies recorded since the
+// computation before (Window/20 earlier, if 20 or more came), whichever
+// is higher: a queue that builds reads as queueing within a computation
+// or two, not once its latencies make up half of the window (a user's
+// trial: 5 s). It is false until MinSamples latencies came, and is as
+// recent as the last Get.
 func (d *Delay) Queueing() bool {
 	fl := d.floor.Load()
-	return fl > 0 && d.median.Load() > 2*fl
+	return fl > 0 && max(d.median.Load(), d.recent.Load()) > 2*fl
 }
 
 // bound applies Min and Max.

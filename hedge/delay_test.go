@@ -293,3 +293,36 @@ func TestQueueingLowPercentile(t *testing.T) {
 		t.Error("median 80 ms after 2 ms, Percentile 0.1: not queueing")
 	}
 }
+
+// A queue that builds reads as queueing within a computation or two, not
+// once its latencies make up half of the window: a user's trial found
+// the rule true only 5 s after a target's median rose 2.5x to 10x at
+// 1 000 answers a second, and an edge client hedged into the growing
+// queue meanwhile.
+func TestQueueingAtOnce(t *testing.T) {
+	for _, rise := range []time.Duration{5 * ms, 20 * ms} {
+		d, clk := newTest(t, Config{})
+		// 10 s at 2 ms, 1 000 answers a second.
+		for range 200 {
+			for range 50 {
+				d.Record(2 * ms)
+			}
+			clk.Advance(DefaultWindow / 200)
+			d.Get()
+		}
+		if d.Queueing() {
+			t.Fatal("queueing at the latency it always had")
+		}
+		var took time.Duration
+		for took = 0; !d.Queueing() && took < 10*time.Second; took += DefaultWindow / 200 {
+			for range 50 {
+				d.Record(rise)
+			}
+			clk.Advance(DefaultWindow / 200)
+			d.Get()
+		}
+		if took > time.Second {
+			t.Errorf("median 2 ms -> %v: queueing after %v, want within a second", rise, took)
+		}
+	}
+}
