@@ -55,7 +55,8 @@ const (
 	// Silence: the caller's deadline ran out before the target answered
 	// the attempt. It is an Overload if the attempt waited at least as
 	// long as the slowest accepted attempt of the window (or the last
-	// one, if none is in it), the target answered nothing since the
+	// one, if none is in it; attempts accepted after more than Window
+	// are not counted), the target answered nothing since the
 	// attempt was allowed, and such silences have gone on for DownAfter
 	// (a hang: nothing comes back), and is Ignored otherwise. A deadline
 	// shorter than the target takes to answer says nothing about it: a
@@ -505,7 +506,11 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome) {
 			t.bucket(el).req++
 		}
 	case Accept:
-		t.noteLatency(el, el-at)
+		if d := el - at; d <= int64(t.cfg.Window) {
+			// A longer one (a stream's first message, minutes after it
+			// opened) says nothing of how long the target's calls take.
+			t.noteLatency(el, d)
+		}
 		t.accepted, t.lastAccept, t.run = true, el, 0
 		t.fresh++
 		// An answer came through: the connection works, whatever was

@@ -1112,3 +1112,25 @@ func TestZeroSet(t *testing.T) {
 		t.Errorf("a second key: len %d, want 2 throttles", s.Len())
 	}
 }
+
+// An accept that came after more than Window (a stream whose first
+// message came minutes after it opened) does not make later silences
+// shorter than it count for nothing: a hang right after it is seen.
+func TestLongAcceptKeepsHangsSeen(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	p, err := th.Allow(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(5 * time.Minute)
+	p.Done(Accept)
+	for i := 0; i < 100 && !th.Down(); i++ {
+		if p, err := th.Allow(false); err == nil {
+			clk.Advance(100 * time.Millisecond) // a 100 ms deadline runs out
+			p.Done(Silence)
+		}
+	}
+	if !th.Down() {
+		t.Errorf("silences of 100 ms after an accept that took 5 min: not down (stats %+v)", th.Stats())
+	}
+}

@@ -81,7 +81,7 @@ type hedging struct {
 // such a pool's capacity, hedging within these rules can still raise the
 // p99 (a user's trial at 85 % of a pool of 4: 0.77-1.41x of the p99
 // without hedging over three runs, 0.87-1.85x before the share rule).
-// While either rule says no when a call starts, the call starts no hedge
+// While any of these rules says no when a call starts, the call starts no hedge
 // timer and costs only the mark more than a call that does not hedge;
 // the rules are asked again when a hedge is due (the refusal events are
 // those of hedges due).
