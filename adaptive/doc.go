@@ -29,7 +29,7 @@
 //     attempts is no hang (Silence): the target's latency was the
 //     deadline's, as on a chain at capacity loaded by a fixed number of
 //     callers, which shedding cannot relieve. Nor is a deadline that ran
-//     out sooner than the target's accepted attempts of the window took
+//     out sooner than nearly all of the target's accepts took
 //     (a caller whose deadlines are shorter than the target's latency
 //     says nothing about the target). Nor are silences that
 //     all end within DownAfter of the first (attempts sent at once whose

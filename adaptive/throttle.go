@@ -2,6 +2,8 @@ package adaptive
 
 import (
 	"errors"
+	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -53,12 +55,13 @@ const (
 	// not broken.
 	Busy
 	// Silence: the caller's deadline ran out before the target answered
-	// the attempt. It is an Overload if the attempt waited at least as
-	// long as the slowest accepted attempt of the window (or the last
-	// one, if none is in it; attempts accepted after more than Window
-	// are not counted), the target answered nothing since the
-	// attempt was allowed, and such silences have gone on for DownAfter
-	// (a hang: nothing comes back), and is Ignored otherwise. A deadline
+	// the attempt. It is an Overload if the attempt waited longer than
+	// nearly all of the target's last accepted attempts took (their 90th
+	// percentile rounded up to a power of two, between once and twice
+	// it; accepts up to 10 windows old, and none that took longer than
+	// Window), the target answered nothing since the attempt was
+	// allowed, and such silences have gone on for DownAfter (a hang:
+	// nothing comes back), and is Ignored otherwise. A deadline
 	// shorter than the target takes to answer says nothing about it: a
 	// caller whose deadlines are 3 ms at a target that answers in 10 ms
 	// would otherwise mark it down for every other caller too quiet to
@@ -134,10 +137,21 @@ type bucket struct {
 	req, acc int64
 }
 
-// latBucket holds the longest time an accepted attempt took in its
-// Window/10 (see slowest).
+// latClasses is the number of latency classes of a latBucket: class c
+// holds latencies of [2^(c-1), 2^c) x 1024 ns (class 0 those under 1 µs),
+// the last one everything from about 1.1 s on.
+const latClasses = 22
+
+// latBucket counts the accepted attempts of its Window/10 by how long
+// they took (see typical).
 type latBucket struct {
-	idx, max int64
+	idx int64
+	n   [latClasses]uint16 // saturating
+}
+
+// latClass returns the latency class of d nanoseconds.
+func latClass(d int64) int {
+	return min(bits.Len64(uint64(max(d, 0))>>10), latClasses-1)
 }
 
 // Throttle protects one target. Create one with New; the zero value is
@@ -175,11 +189,10 @@ type Throttle struct {
 	silentFrom int64
 	silentN    int64
 	buckets    [numBuckets]bucket
-	// lat: the longest accepted attempts per bucket, and lastLat the
-	// time the last accepted attempt took (see slowest). Kept apart from
-	// buckets, which are forgotten when a loss is over.
+	// lat: the accepted attempts per bucket by how long they took (see
+	// typical). Kept apart from buckets, which are forgotten when a loss
+	// is over.
 	lat        [numBuckets]latBucket
-	lastLat    int64
 	gen        uint64 // grows on every change between up and down
 	down       bool
 	accepted   bool  // any accept seen
@@ -465,7 +478,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome) {
 	t.mu.Lock()
 	n, from := int64(1), el // overload failures, the first at from
 	if o == Silence {
-		if el-at < t.slowest(el) {
+		if el-at < t.typical(el) {
 			// The deadline ran out before the target would have
 			// answered: no evidence (see Silence).
 			t.mu.Unlock()
@@ -740,23 +753,48 @@ func (t *Throttle) noteLatency(el, d int64) {
 	if b.idx != idx {
 		*b = latBucket{idx: idx}
 	}
-	b.max = max(b.max, d)
-	t.lastLat = d
+	if c := latClass(d); b.n[c] < math.MaxUint16 {
+		b.n[c]++
+	}
 }
 
-// slowest returns the longest time an accepted attempt took in the window
-// ending at el, or the time the last one took if it is longer (or none
-// in the window): the least wait whose silence says something about the
-// target (see Silence). t.mu is held.
-func (t *Throttle) slowest(el int64) int64 {
+// typicalAge is how many windows old the accepted attempts that typical
+// goes by may be.
+const typicalAge = 10
+
+// typical returns the least wait whose silence says something about the
+// target (see Silence): the upper bound of the latency class of the 90th
+// percentile of the accepted attempts that lat holds, up to typicalAge
+// windows old (each of its buckets the last Window/10 in which attempts
+// were accepted, of those that share it), or 0 if none. So a client that
+// sends fast goes by its last window, and a quiet one by its last
+// accepts. A percentile, not the slowest: one slow answer (a slow
+// method's, or a watch's first message) must not hide a hang; and not
+// the median: a caller with short deadlines whose calls are answered
+// just in time now and then (3 ms at a target that answers its other
+// callers in 10 ms) would set a bar below its own waits. t.mu is held.
+func (t *Throttle) typical(el int64) int64 {
 	idx := el / t.width
-	m := t.lastLat
+	var n [latClasses]int
+	total := 0
 	for i := range t.lat {
-		if b := &t.lat[i]; b.idx > idx-numBuckets && b.idx <= idx {
-			m = max(m, b.max)
+		if b := &t.lat[i]; b.idx > idx-typicalAge*numBuckets && b.idx <= idx {
+			for c, k := range b.n {
+				n[c] += int(k)
+				total += int(k)
+			}
 		}
 	}
-	return m
+	seen := 0
+	for c, k := range n {
+		if seen += k; total > 0 && seen*10 >= total*9 {
+			if c == 0 {
+				return 0 // under a microsecond: no wait is shorter
+			}
+			return 1 << (c + 10)
+		}
+	}
+	return 0
 }
 
 // sum returns the requests and accepts in the window ending at el. t.mu

@@ -1134,3 +1134,81 @@ func TestLongAcceptKeepsHangsSeen(t *testing.T) {
 		t.Errorf("silences of 100 ms after an accept that took 5 min: not down (stats %+v)", th.Stats())
 	}
 }
+
+// One slow accept does not hide a hang: after 50 accepts of 5 ms, one of
+// 300 or 900 ms (a slower method's, or a watch's first message) is the
+// last before the target hangs for callers whose deadlines run out after
+// 100 ms; the target is down as soon as without it (160 ms). With the
+// slowest accepted attempt as the bar (the rule's first form), it was
+// never down.
+func TestOneSlowAcceptDoesNotHideHang(t *testing.T) {
+	for _, slow := range []time.Duration{0, 300 * ms, 900 * ms} {
+		t.Run(slow.String(), func(t *testing.T) {
+			th, clk := newTest(t, Config{})
+			for range 50 {
+				p, _ := th.Allow(false)
+				clk.Advance(5 * ms)
+				p.Done(Accept)
+			}
+			if slow > 0 {
+				p, _ := th.Allow(false)
+				clk.Advance(slow)
+				p.Done(Accept)
+			}
+			// Ten callers with 100 ms deadlines: one starts and one runs
+			// out every 10 ms, for 10 s.
+			var flying []Permit
+			downAt := time.Duration(-1)
+			for now := time.Duration(0); now < 10*time.Second && downAt < 0; now += 10 * ms {
+				if p, err := th.Allow(false); err == nil {
+					flying = append(flying, p)
+				}
+				clk.Advance(10 * ms)
+				if len(flying) == 10 {
+					flying[0].Done(Silence)
+					flying = flying[1:]
+				}
+				if th.Down() {
+					downAt = now
+				}
+			}
+			if downAt < 0 || downAt > 200*ms {
+				t.Errorf("a hang after a %v accept: down at %v, want within 200 ms (stats %+v)", slow, downAt, th.Stats())
+			}
+		})
+	}
+}
+
+// A caller with short deadlines whose calls are now and then answered
+// just in time does not lower the bar below its own waits: 3 of 4
+// accepts are its own at 3 ms, one in four a quiet caller's at 10 ms, and
+// its silences after 5 ms, 150 ms of them after each four answers, count
+// for nothing. (With the median as the bar
+// the trial's reproducer called the target down again.)
+func TestJustInTimeAnswersKeepTheBar(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	accept := func(took time.Duration) {
+		p, err := th.Allow(false)
+		if err != nil {
+			t.Fatalf("refused: %v (stats %+v)", err, th.Stats())
+		}
+		clk.Advance(took)
+		p.Done(Accept)
+	}
+	for range 10 { // 2 s: the answers, then 150 ms of silences
+		for i := range 4 {
+			accept(map[bool]time.Duration{true: 10 * ms, false: 3 * ms}[i == 0])
+		}
+		for range 30 {
+			p, err := th.Allow(false)
+			if err != nil {
+				t.Fatalf("refused: %v (stats %+v)", err, th.Stats())
+			}
+			clk.Advance(5 * ms)
+			p.Done(Silence)
+		}
+	}
+	if st := th.Stats(); st.Down || st.Downs != 0 {
+		t.Errorf("stats %+v, want never down", st)
+	}
+}

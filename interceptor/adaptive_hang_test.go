@@ -2,6 +2,7 @@ package interceptor
 
 import (
 	"context"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,8 +199,8 @@ func TestAdaptiveDontRetryProbeRevives(t *testing.T) {
 // sent, one after another, at a target whose calls were answered after
 // 10 ms, leave it up for every other caller (a user's trial: a client
 // with 3 ms deadlines made a tier refuse 7 of 8 calls of its quiet
-// callers). The same calls waiting 15 ms, longer than any answer took, are
-// a hang, as before.
+// callers). The same calls waiting 25 ms, over twice what the answers
+// took, are a hang, as before.
 func TestShortDeadlinesDoNotDownTarget(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -207,7 +208,7 @@ func TestShortDeadlinesDoNotDownTarget(t *testing.T) {
 		wantDown bool
 	}{
 		{"shorter than the answers", 3 * time.Millisecond, false},
-		{"longer than the answers", 15 * time.Millisecond, true},
+		{"over twice the answers", 25 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -305,4 +306,54 @@ func unaryWithin(cl testsvcv1.TestServiceClient, d time.Duration) error {
 	defer cancel()
 	_, err := cl.Unary(ctx, &testsvcv1.UnaryRequest{Id: "x"})
 	return err
+}
+
+// One slow answer does not hide a hang: a client of one target with fast
+// unary calls (1 ms on the throttle's clock) and a watch whose first
+// message came 400 ms after it opened (its accept). The target then
+// hangs for unary calls, each waiting 50 ms before its caller gives up;
+// the silences count (nearly all accepted attempts took 1 ms), and the
+// target is down. With the slowest accepted attempt as the bar (a
+// review of the rule's first form), the watch's 400 ms hid the hang for
+// as long as it lasted.
+func TestWatchDoesNotHideUnaryHang(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	set := newAdaptive(t, clk, nil)
+	var hung atomic.Bool
+	svc := &stubService{
+		unary: func(_ int, ctx context.Context) error {
+			if hung.Load() {
+				clk.Advance(50 * time.Millisecond)
+				<-ctx.Done()
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			clk.Advance(time.Millisecond)
+			return nil
+		},
+		stream: func(_ int, ss grpc.ServerStream) error {
+			clk.Advance(400 * time.Millisecond) // the first message
+			return ss.SendMsg(&testsvcv1.ServerStreamResponse{})
+		},
+	}
+	cl := startStub(t, svc, WithAdaptive(set))
+	for n := range 20 {
+		if err := unaryWithin(cl, 10*time.Second); err != nil {
+			t.Fatalf("call %d: %v", n, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := kindCalls[1].call(ctx, cl); err != io.EOF {
+		t.Fatalf("watch: %v, want its end (EOF)", err)
+	}
+	hung.Store(true)
+	th := set.Get("stub")
+	for n := 0; n < 40 && !th.Down(); n++ {
+		if err := unaryWithin(cl, 20*time.Millisecond); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("hung call %d: %v", n, err)
+		}
+	}
+	if st := th.Stats(); !st.Down {
+		t.Errorf("50 ms hangs after a watch's first message at 400 ms: stats %+v, want down", st)
+	}
 }
