@@ -154,7 +154,7 @@ type Delay struct {
 	nextAt atomic.Int64         // elapsed: when Get recomputes it
 	// median is the window's median (ns) at the last computation, floor
 	// the lowest median seen lately (see Queueing); 0 before MinSamples.
-	// recent is the median of the latencies recorded since the
+	// recent is the lower quartile of the latencies recorded since the
 	// computation before (0: too few of them).
 	median, floor, recent atomic.Int64
 	// initial: the delay is Initial, for want of MinSamples: the Record
@@ -165,11 +165,10 @@ type Delay struct {
 	mu     sync.Mutex // guards at and the switch of halves, and last
 	halves [2]half
 	at     int // index of cur in halves
-	turns  int // switches of halves so far
-	// last: the window's counts per bucket at the last computation, and
-	// turns then, to tell the latencies recorded since (see recentMedian).
-	last      [numBuckets]int64
-	lastTurns int
+	// last: each half's counts per bucket at the last computation, to
+	// tell the latencies recorded since (see recentQuartile); a half
+	// emptied starts again from zero.
+	last [2][numBuckets]int64
 }
 
 // New returns a Delay, or an error wrapping ErrInvalidConfig when a
@@ -225,9 +224,9 @@ func (d *Delay) turn(el int64) {
 			h.counts[i].Store(0)
 		}
 		h.n.Store(0)
+		d.last[d.at] = [numBuckets]int64{}
 		d.cur.Store(h)
 		d.ends.Add(halfLen)
-		d.turns++
 	}
 	if e := d.ends.Load(); el >= e {
 		// Idle for a window or more: both halves are empty now.
@@ -279,37 +278,41 @@ func (d *Delay) compute() time.Duration {
 		med, at = max(med, upper(numBuckets-1)), max(at, upper(numBuckets-1))
 	}
 	d.setMedian(med)
-	d.recent.Store(d.recentMedian())
+	d.recent.Store(d.recentQuartile())
 	return d.bound(time.Duration(at))
 }
 
 // minRecent latencies recorded since the last computation at least make
-// their median count (see Queueing).
+// their lower quartile count (see Queueing).
 const minRecent = 20
 
-// recentMedian returns the median of the latencies recorded since the
-// last computation, or 0 when fewer than minRecent came or the halves
-// switched meanwhile (the counts then no longer add up); it keeps the
-// counts for the next one.
-func (d *Delay) recentMedian() int64 {
+// recentQuartile returns the lower quartile of the latencies recorded
+// since the last computation, or 0 when fewer than minRecent came; it
+// keeps the counts for the next one. A quartile, not the median: a queue slows
+// every request, the fast quarter too, while the median of a few dozen
+// latencies of a steady target with a slow mode (cache misses) lands on
+// that mode often.
+func (d *Delay) recentQuartile() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var diff [numBuckets]int64
 	var n int64
-	for i := range numBuckets {
-		c := d.halves[0].counts[i].Load() + d.halves[1].counts[i].Load()
-		diff[i] = c - d.last[i]
-		d.last[i] = c
-		n += diff[i]
+	for h := range d.halves {
+		for i := range numBuckets {
+			c := d.halves[h].counts[i].Load()
+			diff[i] += max(c-d.last[h][i], 0)
+			d.last[h][i] = c
+		}
 	}
-	fresh := d.turns == d.lastTurns
-	d.lastTurns = d.turns
-	if !fresh || n < minRecent {
+	for _, k := range diff {
+		n += k
+	}
+	if n < minRecent {
 		return 0
 	}
 	var seen int64
 	for i := range numBuckets {
-		if seen += diff[i]; seen >= (n+1)/2 {
+		if seen += diff[i]; seen >= (n+3)/4 {
 			return upper(i)
 		}
 	}
@@ -337,11 +340,11 @@ func (d *Delay) setMedian(med int64) {
 // than twice the lowest median it had lately: it spends its time in a
 // queue (at capacity from a fixed number of callers, or overloaded), not
 // in a slow tail, and a hedge would only add to the queue. The recent
-// median is the window's, or that of the latencies recorded since the
-// computation before (Window/20 earlier, if 20 or more came), whichever
-// is higher: a queue that builds reads as queueing within a computation
-// or two, not once its latencies make up half of the window (a user's
-// trial: 5 s). It is false until MinSamples latencies came, and is as
+// median is the window's, or the lower quartile of the latencies recorded
+// since the computation before (Window/20 earlier, if 20 or more came),
+// whichever is higher: a queue that builds, and slows every request,
+// reads as queueing within a computation or two, not once its latencies
+// make up half of the window (a user's trial: 5 s). It is false until MinSamples latencies came, and is as
 // recent as the last Get.
 func (d *Delay) Queueing() bool {
 	fl := d.floor.Load()

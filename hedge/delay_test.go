@@ -1,6 +1,7 @@
 package hedge
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -324,5 +325,68 @@ func TestQueueingAtOnce(t *testing.T) {
 		if took > time.Second {
 			t.Errorf("median 2 ms -> %v: queueing after %v, want within a second", rise, took)
 		}
+	}
+}
+
+// A steady target whose latencies are bimodal (cache hits 1 ms, misses
+// 10 ms, 45 % misses) does not read as queueing: the median of the ~40
+// latencies since the last computation lands on the slow mode often (a
+// review found Queueing, which stops every hedge, on at 65 of 360
+// computations at 80 answers a second), their lower quartile does not.
+func TestQueueingSteadyBimodal(t *testing.T) {
+	for _, perTick := range []int{40, 400} {
+		d, clk := newTest(t, Config{})
+		r := rand.New(rand.NewPCG(1, 2))
+		ticks, queueing := 0, 0
+		for i := range 400 { // 20 s, a Get every Window/20
+			for range perTick {
+				if r.Float64() < 0.45 {
+					d.Record(10 * ms)
+				} else {
+					d.Record(1 * ms)
+				}
+			}
+			clk.Advance(DefaultWindow / 20)
+			d.Get()
+			if i >= 40 { // after the first 2 s
+				ticks++
+				if d.Queueing() {
+					queueing++
+				}
+			}
+		}
+		t.Logf("%d answers per Window/20: queueing at %d of %d computations", perTick, queueing, ticks)
+		if queueing > ticks/20 {
+			t.Errorf("%d per Window/20: a steady target reads as queueing %d of %d times", perTick, queueing, ticks)
+		}
+	}
+}
+
+// Once a building queue reads as queueing, a switch of the window's
+// halves does not make it read otherwise for a computation: the
+// latencies since the last one are told per half (a review found a
+// 0.5 s gap at each switch, every 5 s).
+func TestQueueingThroughSwitches(t *testing.T) {
+	d, clk := newTest(t, Config{})
+	for range 260 { // 13 s at 2 ms, 1 000 a second
+		for range 50 {
+			d.Record(2 * ms)
+		}
+		clk.Advance(DefaultWindow / 200)
+		d.Get()
+	}
+	var trace []byte
+	for range 200 { // 10 s at 20 ms
+		for range 50 {
+			d.Record(20 * ms)
+		}
+		clk.Advance(DefaultWindow / 200)
+		d.Get()
+		trace = append(trace, map[bool]byte{true: 'Q', false: '.'}[d.Queueing()])
+	}
+	// Queueing from the first computation after the rise (every 10th
+	// step) at the latest, to the end.
+	if i := bytes.IndexByte(trace, 'Q'); i < 0 || i > 10 || bytes.IndexByte(trace[i:], '.') >= 0 {
+		t.Errorf("every 50 ms after the rise: %s; want queueing from the first computation on", trace)
 	}
 }
