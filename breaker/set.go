@@ -98,7 +98,10 @@ func (s *Set) Snapshot() map[string]Snapshot {
 
 // Config returns the Config the Set makes its breakers from, with defaults
 // filled in. Its OnStateChange is the one given to NewSet.
-func (s *Set) Config() Config { return s.cfg }
+func (s *Set) Config() Config {
+	s.zero.Do(s.defaults)
+	return s.cfg
+}
 
 // AddStateListener adds f to the functions called after each state change
 // of every breaker of the set, those that exist and those to come, after

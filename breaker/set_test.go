@@ -309,3 +309,17 @@ func TestZeroSet(t *testing.T) {
 		t.Errorf("Get: len %d, want one breaker per key", s.Len())
 	}
 }
+
+// A zero Set's Config has the defaults filled in, before any Get too, and
+// races with none (a review: it read the config without the set-up).
+func TestZeroSetConfig(t *testing.T) {
+	var s Set
+	if got := s.Config(); got.MinimumCalls != DefaultMinimumCalls {
+		t.Errorf("zero Set's Config before Get: MinimumCalls %d, want %d", got.MinimumCalls, DefaultMinimumCalls)
+	}
+	var z Set
+	done := make(chan struct{})
+	go func() { z.Get("x"); close(done) }()
+	_ = z.Config()
+	<-done
+}
