@@ -722,3 +722,31 @@ func (q *queueHarness) calls(t *testing.T, n int, d time.Duration) {
 		<-q.timers.started
 	}
 }
+
+// Through the call: with the clock standing still (nothing decays), the
+// share rule lets the first two calls hedge (under 5 % of the calls, plus
+// one) and then starts no hedge timer, however slow the leads are.
+func TestHedgeShareThroughCalls(t *testing.T) {
+	timers, rec := newHedgeTimers(), newEventWaiter()
+	still := time.Now()
+	i := mustNew(t, WithHedging(Hedging{Delay: time.Millisecond}), WithObserver(rec), timers.option(), withNow(func() time.Time { return still }))
+	f := newHedgeInvoker()
+	f.answer[1] = answerID("hedge") // the hedge answers first: the win rule never stops it
+	for n := range 2 {
+		f.mu.Lock()
+		f.answer[0] = hang // until the hedge's answer cancels it
+		f.mu.Unlock()
+		var reply testsvcv1.UnaryResponse
+		done := hedgedCall(t, i, f, &reply)
+		f.waitStarted(t, 0)
+		timers.fire(t)
+		f.waitStarted(t, 1)
+		if err := waitErr(t, done); err != nil || reply.GetId() != "hedge" {
+			t.Fatalf("call %d: %v, %q; want the hedge's answer", n, err, reply.GetId())
+		}
+	}
+	leadAlone(t, i, f, timers) // the third: two hedges of three calls is past the share
+	if sent := rec.count(EventHedgeSent); sent != 2 {
+		t.Errorf("%d hedges sent, want 2", sent)
+	}
+}

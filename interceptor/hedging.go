@@ -75,7 +75,10 @@ type hedging struct {
 // below 1 - Adaptive.Percentile (5 % by default, with a fixed Delay too)
 // of its recent calls, plus one: a target that slows down at once
 // outlasts a delay learnt from its latencies before, and hedges sent
-// into its growing queue make it slower still (StopHedgeShare). A
+// into its growing queue make it slower still (StopHedgeShare). To let
+// more calls hedge, lower Adaptive.Percentile; it is the interceptor's
+// (give WithHedging to New, with Methods naming the methods, if calls
+// should hedge only per call: per call it cannot be given). A
 // target whose handlers run on after a cancel (a worker pool that does
 // not watch the context) keeps a worker for each losing attempt: near
 // such a pool's capacity, hedging within these rules can still raise the
