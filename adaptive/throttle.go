@@ -2,7 +2,6 @@ package adaptive
 
 import (
 	"errors"
-	"math"
 	"math/bits"
 	"math/rand/v2"
 	"strconv"
@@ -58,8 +57,8 @@ const (
 	// the attempt. It is an Overload if the attempt waited longer than
 	// nearly all of the target's last accepted attempts took (their 90th
 	// percentile rounded up to a power of two, between once and twice
-	// it; accepts up to 10 windows old, and none that took longer than
-	// Window), the target answered nothing since the attempt was
+	// it; the last 256 or so accepts, however old, and none that took
+	// longer than Window), the target answered nothing since the attempt was
 	// allowed, and such silences have gone on for DownAfter (a hang:
 	// nothing comes back), and is Ignored otherwise. A deadline
 	// shorter than the target takes to answer says nothing about it: a
@@ -137,17 +136,14 @@ type bucket struct {
 	req, acc int64
 }
 
-// latClasses is the number of latency classes of a latBucket: class c
+// latClasses is the number of latency classes of Throttle.lat: class c
 // holds latencies of [2^(c-1), 2^c) x 1024 ns (class 0 those under 1 µs),
 // the last one everything from about 1.1 s on.
 const latClasses = 22
 
-// latBucket counts the accepted attempts of its Window/10 by how long
-// they took (see typical).
-type latBucket struct {
-	idx int64
-	n   [latClasses]uint16 // saturating
-}
+// latKeep is the weight an accepted attempt's latency keeps at each later
+// one (see typical): the last 256 or so count.
+const latKeep = 1 - 1.0/256
 
 // latClass returns the latency class of d nanoseconds.
 func latClass(d int64) int {
@@ -189,10 +185,11 @@ type Throttle struct {
 	silentFrom int64
 	silentN    int64
 	buckets    [numBuckets]bucket
-	// lat: the accepted attempts per bucket by how long they took (see
-	// typical). Kept apart from buckets, which are forgotten when a loss
-	// is over.
-	lat        [numBuckets]latBucket
+	// lat: the accepted attempts by how long they took, each weighted by
+	// latKeep to the power of the accepts after it, times latScale (see
+	// typical).
+	lat        [latClasses]float64
+	latScale   float64
 	gen        uint64 // grows on every change between up and down
 	down       bool
 	accepted   bool  // any accept seen
@@ -478,7 +475,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome) {
 	t.mu.Lock()
 	n, from := int64(1), el // overload failures, the first at from
 	if o == Silence {
-		if el-at < t.typical(el) {
+		if el-at < t.typical() {
 			// The deadline ran out before the target would have
 			// answered: no evidence (see Silence).
 			t.mu.Unlock()
@@ -522,7 +519,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome) {
 		if d := el - at; d <= int64(t.cfg.Window) {
 			// A longer one (a stream's first message, minutes after it
 			// opened) says nothing of how long the target's calls take.
-			t.noteLatency(el, d)
+			t.noteLatency(d)
 		}
 		t.accepted, t.lastAccept, t.run = true, el, 0
 		t.fresh++
@@ -746,48 +743,41 @@ func (t *Throttle) bucket(el int64) *bucket {
 	return b
 }
 
-// noteLatency notes that an accepted attempt took d, at el. t.mu is held.
-func (t *Throttle) noteLatency(el, d int64) {
-	idx := el / t.width
-	b := &t.lat[idx%numBuckets]
-	if b.idx != idx {
-		*b = latBucket{idx: idx}
+// noteLatency notes that an accepted attempt took d. t.mu is held.
+func (t *Throttle) noteLatency(d int64) {
+	if t.latScale == 0 {
+		t.latScale = 1
 	}
-	if c := latClass(d); b.n[c] < math.MaxUint16 {
-		b.n[c]++
+	t.lat[latClass(d)] += t.latScale
+	// The next weighs 1/latKeep as much as this one: the same as this
+	// one's weight times latKeep, without a pass over the classes.
+	if t.latScale /= latKeep; t.latScale > 1e100 {
+		for c := range t.lat {
+			t.lat[c] /= t.latScale
+		}
+		t.latScale = 1
 	}
 }
 
-// typicalAge is how many windows old the accepted attempts that typical
-// goes by may be.
-const typicalAge = 10
-
 // typical returns the least wait whose silence says something about the
 // target (see Silence): the upper bound of the latency class of the 90th
-// percentile of the accepted attempts that lat holds, up to typicalAge
-// windows old (each of its buckets the last Window/10 in which attempts
-// were accepted, of those that share it), or 0 if none. So a client that
-// sends fast goes by its last window, and a quiet one by its last
-// accepts. A percentile, not the slowest: one slow answer (a slow
-// method's, or a watch's first message) must not hide a hang; and not
-// the median: a caller with short deadlines whose calls are answered
-// just in time now and then (3 ms at a target that answers its other
-// callers in 10 ms) would set a bar below its own waits. t.mu is held.
-func (t *Throttle) typical(el int64) int64 {
-	idx := el / t.width
-	var n [latClasses]int
-	total := 0
-	for i := range t.lat {
-		if b := &t.lat[i]; b.idx > idx-typicalAge*numBuckets && b.idx <= idx {
-			for c, k := range b.n {
-				n[c] += int(k)
-				total += int(k)
-			}
-		}
+// percentile of the last accepted attempts (the last 256 or so, however
+// old), or 0 before any. The last accepts, not the last window's: when
+// the target hangs, the only ones to come are the slow stragglers that
+// were in flight, which would soon be all of a window. A percentile, not
+// the slowest: one slow answer (a slow method's, or a watch's first
+// message) must not hide a hang; and not the median: a caller with short
+// deadlines whose calls are answered just in time now and then (3 ms at a
+// target that answers its other callers in 10 ms) would set a bar below
+// its own waits. t.mu is held.
+func (t *Throttle) typical() int64 {
+	total := 0.0
+	for _, w := range t.lat {
+		total += w
 	}
-	seen := 0
-	for c, k := range n {
-		if seen += k; total > 0 && seen*10 >= total*9 {
+	seen := 0.0
+	for c, w := range t.lat {
+		if seen += w; total > 0 && seen >= 0.9*total {
 			if c == 0 {
 				return 0 // under a microsecond: no wait is shorter
 			}

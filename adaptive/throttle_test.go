@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -1210,5 +1211,59 @@ func TestJustInTimeAnswersKeepTheBar(t *testing.T) {
 	}
 	if st := th.Stats(); st.Down || st.Downs != 0 {
 		t.Errorf("stats %+v, want never down", st)
+	}
+}
+
+// A slow tail before a hang does not hide the hang: 300 requests a
+// second answered in 10 ms, every 33rd in 800 ms (a caller with a long
+// deadline), then the target hangs for callers whose deadlines run out
+// after 200 ms, while the slow calls in flight are answered as stragglers.
+// The target is down within about a second of the hang, as before the
+// rule for short silences; with the last window's answers as the bar
+// (the stragglers soon all of it) it was never down in 10 s (a user's
+// trial, on a fake clock).
+func TestSlowTailBeforeHang(t *testing.T) {
+	for _, every := range []int{0, 100, 33} {
+		th, clk := newTest(t, Config{})
+		start := clk.Now()
+		type end struct {
+			at time.Duration
+			p  Permit
+			o  Outcome
+		}
+		var ends []end // in flight, in no order
+		const gap, hangAt = time.Second / 300, 3 * time.Second
+		downAt := time.Duration(-1)
+		for now := time.Duration(0); now < hangAt+3*time.Second && downAt < 0; now += gap {
+			// Report what ended by now, in order of their ends.
+			slices.SortFunc(ends, func(a, b end) int { return cmp.Compare(a.at, b.at) })
+			k := 0
+			for ; k < len(ends) && ends[k].at <= now; k++ {
+				clk.Set(start.Add(ends[k].at))
+				ends[k].p.Done(ends[k].o)
+			}
+			ends = ends[k:]
+			clk.Set(start.Add(now))
+			if th.Down() {
+				downAt = now - hangAt
+				break
+			}
+			p, err := th.Allow(false)
+			if err != nil {
+				continue
+			}
+			n := int(now / gap)
+			switch {
+			case now >= hangAt:
+				ends = append(ends, end{now + 200*ms, p, Silence})
+			case every > 0 && n%every == 0:
+				ends = append(ends, end{now + 800*ms, p, Accept})
+			default:
+				ends = append(ends, end{now + 10*ms, p, Accept})
+			}
+		}
+		if downAt < 0 || downAt > 1200*ms {
+			t.Errorf("every %dth answer 800 ms, then a hang: down %v after it began, want within 1.2 s (stats %+v)", every, downAt, th.Stats())
+		}
 	}
 }
