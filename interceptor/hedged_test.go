@@ -595,14 +595,8 @@ func TestHedgesThatLoseStop(t *testing.T) {
 	f.answer[1] = hang // the hedge waits behind the first: it never wins
 	for n := range winTrial {
 		release := make(chan struct{})
-		f.mu.Lock()
-		f.answer[0] = answerAfter(release, "first")
-		f.mu.Unlock()
 		var reply testsvcv1.UnaryResponse
-		done := hedgedCall(t, i, f, &reply)
-		f.waitStarted(t, 0)
-		timers.fire(t)
-		f.waitStarted(t, 1)
+		done := hedgeSent(t, i, f, timers, answerAfter(release, "first"), &reply)
 		close(release)
 		if err := waitErr(t, done); err != nil || reply.GetId() != "first" {
 			t.Fatalf("call %d: %v, %q; want the first attempt's answer", n, err, reply.GetId())
@@ -733,14 +727,8 @@ func TestHedgeShareThroughCalls(t *testing.T) {
 	f := newHedgeInvoker()
 	f.answer[1] = answerID("hedge") // the hedge answers first: the win rule never stops it
 	for n := range 2 {
-		f.mu.Lock()
-		f.answer[0] = hang // until the hedge's answer cancels it
-		f.mu.Unlock()
 		var reply testsvcv1.UnaryResponse
-		done := hedgedCall(t, i, f, &reply)
-		f.waitStarted(t, 0)
-		timers.fire(t)
-		f.waitStarted(t, 1)
+		done := hedgeSent(t, i, f, timers, hang, &reply) // the lead waits until the hedge's answer cancels it
 		if err := waitErr(t, done); err != nil || reply.GetId() != "hedge" {
 			t.Fatalf("call %d: %v, %q; want the hedge's answer", n, err, reply.GetId())
 		}
@@ -749,4 +737,19 @@ func TestHedgeShareThroughCalls(t *testing.T) {
 	if sent := rec.count(EventHedgeSent); sent != 2 {
 		t.Errorf("%d hedges sent, want 2", sent)
 	}
+}
+
+// hedgeSent starts a call whose lead answers with lead, fires its hedge
+// timer and waits until the hedge went out; the call's error arrives on
+// the channel.
+func hedgeSent(t *testing.T, i *Interceptors, f *hedgeInvoker, timers *hedgeTimers, lead func(context.Context, *testsvcv1.UnaryResponse, []grpc.CallOption) error, reply *testsvcv1.UnaryResponse) <-chan error {
+	t.Helper()
+	f.mu.Lock()
+	f.answer[0] = lead
+	f.mu.Unlock()
+	done := hedgedCall(t, i, f, reply)
+	f.waitStarted(t, 0)
+	timers.fire(t)
+	f.waitStarted(t, 1)
+	return done
 }
