@@ -58,10 +58,10 @@ const (
 	// nearly all of the target's last accepted attempts took (their 90th
 	// percentile rounded up to a power of two, between once and twice
 	// it; the last 256 or so accepts, however old, and none that took
-	// longer than Window), the target answered nothing since the attempt was
-	// allowed, and such silences have gone on for DownAfter (a hang:
-	// nothing comes back), and is Ignored otherwise. A deadline
-	// shorter than the target takes to answer says nothing about it: a
+	// longer than Window), the target answered nothing since the attempt
+	// was allowed, and such silences have gone on for DownAfter (a hang:
+	// nothing comes back), and is Ignored otherwise. A deadline shorter
+	// than the target takes to answer says nothing about it: a
 	// caller whose deadlines are 3 ms at a target that answers in 10 ms
 	// would otherwise mark it down for every other caller too quiet to
 	// be answered meanwhile. (So a hang is not seen by callers whose
@@ -186,8 +186,8 @@ type Throttle struct {
 	silentN    int64
 	buckets    [numBuckets]bucket
 	// lat: the accepted attempts by how long they took, each weighted by
-	// latKeep to the power of the accepts after it, times latScale (see
-	// typical).
+	// latKeep to the power of the accepts after it, times latScale (the
+	// next one's weight, 1 at first; see typical).
 	lat        [latClasses]float64
 	latScale   float64
 	gen        uint64 // grows on every change between up and down
@@ -242,7 +242,7 @@ func New(cfg Config) (*Throttle, error) {
 }
 
 func newThrottle(cfg Config) *Throttle {
-	t := &Throttle{cfg: cfg, rand: cfg.Rand, width: int64(cfg.Window / numBuckets)}
+	t := &Throttle{cfg: cfg, rand: cfg.Rand, width: int64(cfg.Window / numBuckets), latScale: 1}
 	var clk clock.Clock = clock.Real{}
 	if cfg.Clock != nil {
 		clk = cfg.Clock
@@ -745,9 +745,6 @@ func (t *Throttle) bucket(el int64) *bucket {
 
 // noteLatency notes that an accepted attempt took d. t.mu is held.
 func (t *Throttle) noteLatency(d int64) {
-	if t.latScale == 0 {
-		t.latScale = 1
-	}
 	t.lat[latClass(d)] += t.latScale
 	// The next weighs 1/latKeep as much as this one: the same as this
 	// one's weight times latKeep, without a pass over the classes.
@@ -775,9 +772,12 @@ func (t *Throttle) typical() int64 {
 	for _, w := range t.lat {
 		total += w
 	}
+	if total == 0 {
+		return 0
+	}
 	seen := 0.0
 	for c, w := range t.lat {
-		if seen += w; total > 0 && seen >= 0.9*total {
+		if seen += w; seen >= 0.9*total {
 			if c == 0 {
 				return 0 // under a microsecond: no wait is shorter
 			}

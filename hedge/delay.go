@@ -288,10 +288,10 @@ const minRecent = 20
 
 // recentQuartile returns the lower quartile of the latencies recorded
 // since the last computation, or 0 when fewer than minRecent came; it
-// keeps the counts for the next one. A quartile, not the median: a queue slows
-// every request, the fast quarter too, while the median of a few dozen
-// latencies of a steady target with a slow mode (cache misses) lands on
-// that mode often.
+// keeps the counts for the next one. A quartile, not the median: a queue
+// slows every request, the fast quarter too, while the median of a few
+// dozen latencies of a steady target with a slow mode (cache misses)
+// lands on that mode often.
 func (d *Delay) recentQuartile() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -300,12 +300,11 @@ func (d *Delay) recentQuartile() int64 {
 	for h := range d.halves {
 		for i := range numBuckets {
 			c := d.halves[h].counts[i].Load()
-			diff[i] += max(c-d.last[h][i], 0)
+			k := max(c-d.last[h][i], 0)
+			diff[i] += k
+			n += k
 			d.last[h][i] = c
 		}
-	}
-	for _, k := range diff {
-		n += k
 	}
 	if n < minRecent {
 		return 0
@@ -344,8 +343,8 @@ func (d *Delay) setMedian(med int64) {
 // since the computation before (Window/20 earlier, if 20 or more came),
 // whichever is higher: a queue that builds, and slows every request,
 // reads as queueing within a computation or two, not once its latencies
-// make up half of the window (a user's trial: 5 s). It is false until MinSamples latencies came, and is as
-// recent as the last Get.
+// make up half of the window (a user's trial: 5 s). It is false until
+// MinSamples latencies came, and is as recent as the last Get.
 func (d *Delay) Queueing() bool {
 	fl := d.floor.Load()
 	return fl > 0 && max(d.median.Load(), d.recent.Load()) > 2*fl

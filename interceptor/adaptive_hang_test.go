@@ -48,11 +48,7 @@ func TestAdaptiveHangOverGRPC(t *testing.T) {
 			}}
 			cl := startStub(t, svc, WithAdaptive(set))
 			call := func(d time.Duration) error { return unaryWithin(cl, d) }
-			for n := range 20 {
-				if err := call(10 * time.Second); err != nil {
-					t.Fatalf("healthy call %d: %v", n, err)
-				}
-			}
+			healthyCalls(t, cl, 20)
 			th := set.Get("stub")
 			clk.Advance(time.Second)
 			sick.Store(true)
@@ -225,11 +221,7 @@ func TestShortDeadlinesDoNotDownTarget(t *testing.T) {
 			}}
 			cl := startStub(t, svc, WithAdaptive(set))
 			call := func(d time.Duration) error { return unaryWithin(cl, d) }
-			for n := range 20 {
-				if err := call(10 * time.Second); err != nil {
-					t.Fatalf("call %d: %v", n, err)
-				}
-			}
+			healthyCalls(t, cl, 20)
 			short.Store(true)
 			th := set.Get("stub")
 			// 40 calls: 120 ms of them on the throttle's clock, more than
@@ -279,11 +271,7 @@ func TestQuietStreamsDoNotDownTarget(t *testing.T) {
 				},
 			}
 			cl := startStub(t, svc, WithAdaptive(set))
-			for n := range 20 {
-				if err := unaryWithin(cl, 10*time.Second); err != nil {
-					t.Fatalf("call %d: %v", n, err)
-				}
-			}
+			healthyCalls(t, cl, 20)
 			th := set.Get("stub")
 			for n := range 12 {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
@@ -336,11 +324,7 @@ func TestWatchDoesNotHideUnaryHang(t *testing.T) {
 		},
 	}
 	cl := startStub(t, svc, WithAdaptive(set))
-	for n := range 20 {
-		if err := unaryWithin(cl, 10*time.Second); err != nil {
-			t.Fatalf("call %d: %v", n, err)
-		}
-	}
+	healthyCalls(t, cl, 20)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := kindCalls[1].call(ctx, cl); err != io.EOF {
@@ -355,5 +339,15 @@ func TestWatchDoesNotHideUnaryHang(t *testing.T) {
 	}
 	if st := th.Stats(); !st.Down {
 		t.Errorf("50 ms hangs after a watch's first message at 400 ms: stats %+v, want down", st)
+	}
+}
+
+// healthyCalls makes n unary calls that must succeed, one after another.
+func healthyCalls(t *testing.T, cl testsvcv1.TestServiceClient, n int) {
+	t.Helper()
+	for i := range n {
+		if err := unaryWithin(cl, 10*time.Second); err != nil {
+			t.Fatalf("healthy call %d: %v", i, err)
+		}
 	}
 }

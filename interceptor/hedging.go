@@ -78,13 +78,13 @@ type hedging struct {
 // into its growing queue make it slower still (StopHedgeShare). To let
 // more calls hedge, lower Adaptive.Percentile; it is the interceptor's
 // (give WithHedging to New, with Methods naming the methods, if calls
-// should hedge only per call: per call it cannot be given). A
-// target whose handlers run on after a cancel (a worker pool that does
-// not watch the context) keeps a worker for each losing attempt: near
-// such a pool's capacity, hedging within these rules can still raise the
-// p99 (a user's trial at 85 % of a pool of 4: 0.77-1.41x of the p99
-// without hedging over three runs, 0.87-1.85x before the share rule).
-// While any of these rules says no when a call starts, the call starts no hedge
+// should hedge only per call: per call it cannot be given). A target
+// whose handlers run on after a cancel (a worker pool that does not watch
+// the context) keeps a worker for each losing attempt: near such a
+// pool's capacity, hedging within these rules can still raise the p99 (a
+// user's trial at 85 % of a pool of 4: 0.77-1.41x of the p99 without
+// hedging over three runs, 0.87-1.85x before the share rule). While any
+// of these rules says no when a call starts, the call starts no hedge
 // timer and costs only the mark more than a call that does not hedge;
 // the rules are asked again when a hedge is due (the refusal events are
 // those of hedges due).

@@ -97,11 +97,7 @@ func (m *AdaptiveMetrics) Close() error { return m.reg.Unregister() }
 func (m *AdaptiveMetrics) Track(sets ...*adaptive.Set) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, s := range sets {
-		if s != nil && !contains(m.sets, s) {
-			m.sets = append(m.sets, s)
-		}
-	}
+	m.sets = appendNew(m.sets, sets)
 }
 
 // TrackThrottles reports the throttles of the interceptors is (their
@@ -111,11 +107,7 @@ func (m *AdaptiveMetrics) Track(sets ...*adaptive.Set) {
 func (m *AdaptiveMetrics) TrackThrottles(is ...*interceptor.Interceptors) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, i := range is {
-		if i != nil && !contains(m.ics, i) {
-			m.ics = append(m.ics, i)
-		}
-	}
+	m.ics = appendNew(m.ics, is)
 }
 
 // Observe records the adaptive throttle's events and ignores the others.

@@ -2,6 +2,7 @@ package stormotel
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 
@@ -165,11 +166,7 @@ func (m *Metrics) Close() error { return m.reg.Unregister() }
 func (m *Metrics) TrackBreakers(sets ...*breaker.Set) {
 	m.trackMu.Lock()
 	defer m.trackMu.Unlock()
-	for _, s := range sets {
-		if s != nil && !contains(m.sets, s) {
-			m.sets = append(m.sets, s)
-		}
-	}
+	m.sets = appendNew(m.sets, sets)
 }
 
 // TrackLimiters reports the retry budgets (stormguard.budget.ratio) and
@@ -179,20 +176,19 @@ func (m *Metrics) TrackBreakers(sets ...*breaker.Set) {
 func (m *Metrics) TrackLimiters(is ...*interceptor.Interceptors) {
 	m.trackMu.Lock()
 	defer m.trackMu.Unlock()
-	for _, i := range is {
-		if i != nil && !contains(m.limiters, i) {
-			m.limiters = append(m.limiters, i)
-		}
-	}
+	m.limiters = appendNew(m.limiters, is)
 }
 
-func contains[T comparable](s []T, v T) bool {
-	for _, x := range s {
-		if x == v {
-			return true
+// appendNew appends to s the values of vs that are neither zero (nil) nor
+// in s already.
+func appendNew[T comparable](s, vs []T) []T {
+	var zero T
+	for _, v := range vs {
+		if v != zero && !slices.Contains(s, v) {
+			s = append(s, v)
 		}
 	}
-	return false
+	return s
 }
 
 // Observe records e. It implements interceptor.Observer.
