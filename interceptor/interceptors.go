@@ -40,8 +40,12 @@ func New(opts ...Option) (*Interceptors, error) {
 // payment instead of 3. Add grpc.WithDisableRetry() to the same
 // connection, or use DialOptions, which does both. A server with these
 // interceptors reports such a caller (EventStackedRetry, and one grpclog
-// warning) when it sees a grpc-go retry of a call made inside a handler
-// or of a retry of ours.
+// warning, which grpc-go prints only at GRPC_GO_LOG_SEVERITY_LEVEL=warning
+// or info) when it sees a grpc-go retry of a call made inside a handler
+// or of a retry of ours. Another retrying client interceptor on the same
+// connection (go-grpc-middleware's retry) is not seen at all: under this
+// one it retries each of its attempts, above it each of its retries is a
+// new call. Remove it (docs/adopting.md, "One retry per client").
 func (i *Interceptors) UnaryClient() grpc.UnaryClientInterceptor { return i.client.unary }
 
 // UnaryServer returns the unary server interceptor.
@@ -60,7 +64,10 @@ func (i *Interceptors) StreamServer() grpc.StreamServerInterceptor { return i.se
 // grpc.WithDisableRetry, so that grpc-go's built-in retry cannot multiply
 // stormguard's attempts underneath it (each of our attempts would be
 // retried again, unseen by our budget, breaker and metadata), and the
-// client interceptors.
+// client interceptors. It turns off a retryPolicy of the service config;
+// a retrying interceptor chained by other dial options
+// (go-grpc-middleware's retry) stays on and multiplies attempts: remove
+// it, and give stormguard the codes it retried (WithCodes).
 func (i *Interceptors) DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithDisableRetry(),
