@@ -35,8 +35,8 @@ type Outcome int
 const (
 	// Accept: the target answered, with any code but an overload one.
 	Accept Outcome = iota
-	// Overload: the target refused (UNAVAILABLE, RESOURCE_EXHAUSTED) or
-	// did not answer before a deadline.
+	// Overload: the target refused (UNAVAILABLE) or did not answer
+	// before a deadline.
 	Overload
 	// Ignored: the attempt says nothing about the target (the caller
 	// cancelled, or a tier below refused on its own behalf). Values other

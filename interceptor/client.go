@@ -21,10 +21,11 @@ import (
 // trailers-only response) is retried.
 //
 // What the breaker and the budget count: an attempt that ends with
-// UNAVAILABLE or RESOURCE_EXHAUSTED, or with DEADLINE_EXCEEDED of its own
-// per-attempt timeout, is a failure; so is one still running when the
-// caller's deadline expires, since a hang is the most expensive failure
-// a target has. An attempt whose caller cancels it counts for nothing. A
+// UNAVAILABLE, or with DEADLINE_EXCEEDED of its own per-attempt timeout,
+// is a failure; so is one still running when the caller's deadline
+// expires, since a hang is the most expensive failure a target has; and
+// for the budget, one with any code the call retries (WithCodes).
+// RESOURCE_EXHAUSTED is an answer (a quota, not overload). An attempt whose caller cancels it counts for nothing. A
 // call cancelled while it waits to retry ends with codes.Canceled (or
 // DeadlineExceeded), and errors.Is matches context.Canceled (or
 // context.DeadlineExceeded), as with grpc-go's own retry.

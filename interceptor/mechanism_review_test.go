@@ -45,20 +45,21 @@ func (l *recLimiter) got() []bool {
 	return append([]bool(nil), l.outcomes...)
 }
 
-// RESOURCE_EXHAUSTED (not retried by default) with "do not retry" is an
-// overload: before the refactor the breaker counted it as a failure and
-// the budget as a failed attempt. The refactor's classify makes every
-// "do not retry" on a code that is not retried an answer (success), so a
-// target that sheds with RESOURCE_EXHAUSTED + pushback -1 never opens the
-// breaker and earns retry budget.
+// An overload code that the client does not retry (UNAVAILABLE, with
+// WithCodes naming others), with "do not retry", is an overload: before
+// the refactor the breaker counted it as a failure and the budget as a
+// failed attempt. The refactor's classify made every "do not retry" on a
+// code that is not retried an answer (success), so a target that shed
+// so never opened the breaker and earned retry budget. (The review's
+// case was RESOURCE_EXHAUSTED, an answer since: a quota, not overload.)
 func TestReviewOverloadDontRetryNotRetriedIsFailure(t *testing.T) {
 	set := mustSet(t, breaker.Config{MinimumCalls: 1})
 	lim := &recLimiter{}
-	i := mustNew(t, WithBreaker(set), WithLimiter(func() budget.Limiter { return lim }), noWait)
-	f := &fakeInvoker{results: []error{status.Error(codes.ResourceExhausted, "full")}, pushbacks: []string{"-1"}}
+	i := mustNew(t, WithBreaker(set), WithLimiter(func() budget.Limiter { return lim }), WithCodes(codes.Aborted), noWait)
+	f := &fakeInvoker{results: []error{status.Error(codes.Unavailable, "full")}, pushbacks: []string{"-1"}}
 	_ = i.UnaryClient()(ctxTimeout(t, time.Minute), "/svc/M", nil, nil, newCC(t), f.invoke)
 	if st := set.Get("payment").State(); st != breaker.Open {
-		t.Errorf("breaker after RESOURCE_EXHAUSTED + pushback -1 with MinimumCalls 1: %v, want open (a failure, as before fc26227)", st)
+		t.Errorf("breaker after UNAVAILABLE (not retried) + pushback -1 with MinimumCalls 1: %v, want open (a failure, as before fc26227)", st)
 	}
 	if got := lim.got(); len(got) != 1 || got[0] {
 		t.Errorf("budget outcomes: %v, want [false] (a failure, as before fc26227)", got)

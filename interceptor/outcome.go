@@ -24,10 +24,10 @@ const (
 	// outcomeAnswer: the target answered with a code that is no sign of
 	// overload: it is alive and serving (NOT_FOUND, INTERNAL, a
 	// DEADLINE_EXCEEDED of a tier below, ABORTED even where it is
-	// retried).
+	// retried, RESOURCE_EXHAUSTED: a quota, a message too large).
 	outcomeAnswer
-	// outcomeOverload: UNAVAILABLE or RESOURCE_EXHAUSTED, from the
-	// target or from the channel (no connection).
+	// outcomeOverload: UNAVAILABLE, from the target or from the channel
+	// (no connection).
 	outcomeOverload
 	// outcomeTimeout: the attempt's own per-attempt timeout expired.
 	outcomeTimeout
@@ -138,10 +138,14 @@ func classifyKind(e ending) outcomeKind {
 	return outcomeAnswer
 }
 
-// overloadCode reports whether code is one of overload: UNAVAILABLE or
-// RESOURCE_EXHAUSTED.
+// overloadCode reports whether code is one of overload: UNAVAILABLE.
+// RESOURCE_EXHAUSTED is an answer: it is a quota far more often than an
+// overload (one user's, whose refusals called a healthy target down for
+// every other user of a tier), or a message larger than a side accepts;
+// a server shedding load says UNAVAILABLE (stormguard's admission
+// control, grpc-go's, Envoy's).
 func overloadCode(code codes.Code) bool {
-	return code == codes.Unavailable || code == codes.ResourceExhausted
+	return code == codes.Unavailable
 }
 
 // failure reports whether the outcome is the target's failure, for the
