@@ -77,12 +77,24 @@ func (t *Throttle) probeNeed() float64 {
 // attempts for what is left). With one replica of three failing
 // everything at once while the others take their time, its fast failures
 // come back in runs between accepts; counted alone they refused the
-// retries that the healthy replicas would have served. t.mu is held.
+// retries that the healthy replicas would have served. A run whose
+// failures all came within that tenth of DownAfter is the calls in
+// flight on a connection that broke (a replica of several killed), which
+// fail together: it stops retries only after DownAfter without an
+// accept, so that the other replicas serve its retries even on a machine
+// too busy to read their answers within 5 ms (a user's trial: 64
+// callers, one replica of three killed, up to 28 calls failed on retries
+// refused so, while the two others served); at a dead target the
+// failures go on and make a run within milliseconds. t.mu is held.
 func (t *Throttle) failingRun(el int64) bool {
 	if t.run < retryRun {
 		return false
 	}
-	if !t.accepted || el-t.lastAccept >= int64(t.cfg.DownAfter)/10 {
+	quiet := int64(t.cfg.DownAfter) / 10
+	if t.lastFail-t.runStart < quiet {
+		quiet = int64(t.cfg.DownAfter) // failures that came together
+	}
+	if !t.accepted || el-t.lastAccept >= quiet {
 		return true
 	}
 	req, acc := t.sum(el)

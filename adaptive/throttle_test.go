@@ -409,10 +409,10 @@ func TestRetryAllowed(t *testing.T) {
 	}
 	for range retryRun {
 		attempt(th, false, Overload)
+		clk.Advance(ms)
 	}
-	clk.Advance(5 * ms)
 	if th.RetryAllowed() {
-		t.Errorf("RetryAllowed true after %d failures in a row and 5 ms without an accept", retryRun)
+		t.Errorf("RetryAllowed true after %d failures in a row, 1 ms apart, without an accept", retryRun)
 	}
 	clk.Advance(time.Second)
 	attempt(th, false, Overload)
@@ -674,10 +674,49 @@ func TestFailureRunsBetweenAccepts(t *testing.T) {
 	}
 	for range 8 {
 		attempt(th, false, Overload)
+		clk.Advance(ms)
+	}
+	if _, err := th.Allow(true); !errors.Is(err, ErrThrottled) {
+		t.Fatalf("retry after 8 failures over 8 ms without an accept: %v, want refused", err)
+	}
+}
+
+// The calls in flight on a connection that broke (one replica of three
+// killed) fail together: their retries go on, though no accept came for
+// 5 ms (a machine too busy to read the other replicas' answers), until
+// DownAfter passed without one; a failure after them makes it a run.
+// Before, up to 28 of 64 callers' calls failed on refused retries in a
+// user's trial while the two other replicas served.
+func TestFailuresTogetherKeepRetries(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for range 100 {
+		attempt(th, false, Accept)
+		clk.Advance(ms)
+	}
+	clk.Advance(6 * ms)
+	for range 20 {
+		attempt(th, false, Overload)
+	}
+	if !th.RetryAllowed() {
+		t.Fatalf("retry after 20 failures together, 6 ms after an accept: refused (stats %+v)", th.Stats())
+	}
+	clk.Advance(10 * ms)
+	if !th.RetryAllowed() {
+		t.Fatalf("16 ms after the accept: refused (stats %+v)", th.Stats())
+	}
+	clk.Advance(DefaultDownAfter)
+	if th.RetryAllowed() {
+		t.Fatalf("DownAfter more without an accept: allowed (stats %+v)", th.Stats())
+	}
+	attempt(th, false, Accept)
+	clk.Advance(6 * ms)
+	for range 20 {
+		attempt(th, false, Overload)
 	}
 	clk.Advance(5 * ms)
-	if _, err := th.Allow(true); !errors.Is(err, ErrThrottled) {
-		t.Fatalf("retry after 8 failures and 5 ms without an accept: %v, want refused", err)
+	attempt(th, false, Overload)
+	if th.RetryAllowed() {
+		t.Fatalf("a failure 5 ms after 20 together, 11 ms after an accept: allowed (stats %+v)", th.Stats())
 	}
 }
 

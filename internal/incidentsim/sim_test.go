@@ -231,7 +231,10 @@ func TestTradeoffs(t *testing.T) {
 	if err := Tradeoffs(&b, 1); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| 3 | 19.6 % | 19.5 % | -0.10 pt |", "| 0.05 | +0.036 | 50ms | +0.075 | 300ms |", "| 0.02 |", "| 0.10 |"} {
+	// K = 3 at a fifth: 19.5 % before failures that come together (its
+	// token bucket's bursts) kept retries for DownAfter (adaptive's
+	// failingRun).
+	for _, want := range []string{"| 3 | 19.6 % | 19.2 % | -0.39 pt |", "| 0.05 | +0.036 | 50ms | +0.075 | 300ms |", "| 0.02 |", "| 0.10 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("tables lack %q:\n%s", want, b.String())
 		}
