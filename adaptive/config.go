@@ -84,7 +84,11 @@ type Config struct {
 	Hold time.Duration
 
 	// OnDown, if not nil, is called with true when the target is marked
-	// down and with false when it is back (an accept or Revive). It is
+	// down and with false when it is back (an accept or Revive). A
+	// revival by the connection alone, or by an answer to an attempt
+	// allowed before the down (a straggler), is reported once an answer
+	// confirms it (to an attempt sent since, for a straggler's), and a
+	// down before that is not reported again (see Connectivity). It is
 	// called with no lock held, on the goroutine that caused the change,
 	// and must be quick. Calls for one Throttle may race when changes
 	// come close together; each carries the state it reports.

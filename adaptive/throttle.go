@@ -206,9 +206,12 @@ type Throttle struct {
 	broken     bool          // the connection was seen not ready, and not ready since
 	back       chan struct{} // while down, if asked for: closed when up again
 	// unconfirmed: up since its connection was ready again (a health
-	// trial), with no answer since: that up was not reported, nor will a
-	// down from it be (see Connectivity).
+	// trial), or since an answer to an attempt allowed before the down (a
+	// straggler), with no answer since (to an attempt of generation
+	// confirmFrom or later): that up was not reported, nor will a down
+	// from it be (see Connectivity, and done).
 	unconfirmed bool
+	confirmFrom uint64
 	stats       Stats
 }
 
@@ -490,9 +493,10 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome) {
 	changed := false
 	if o == Accept || o == Busy {
 		t.answers.Add(1)
-		if t.unconfirmed && !t.down {
-			// The first answer since a revival by the connection alone:
-			// now the target is reported back up.
+		if t.unconfirmed && !t.down && gen >= t.confirmFrom {
+			// The first answer since a revival by the connection alone,
+			// or the first to an attempt sent since a revival by a
+			// straggler: now the target is reported back up.
 			t.unconfirmed = false
 			changed = true
 		}
@@ -509,9 +513,8 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome) {
 		t.run = 0
 		t.broken = false
 		if t.down {
-			t.setUp()
+			changed = t.revivedBy(gen)
 			t.accepted, t.lastAccept = true, el
-			changed = true
 		} else if gen == t.gen {
 			t.bucket(el).req++
 		}
@@ -527,8 +530,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome) {
 		// last reported of it (a caller may report it only on failures).
 		t.broken = false
 		if t.down {
-			t.setUp()
-			changed = true
+			changed = t.revivedBy(gen)
 		} else if gen == t.gen {
 			b := t.bucket(el)
 			b.req++
@@ -601,6 +603,24 @@ func (t *Throttle) silences(el int64) (n, from int64) {
 	return n, t.silentFrom
 }
 
+// revivedBy ends the down state on an answer to an attempt of generation
+// gen, and reports whether that is reported now. An answer to an attempt
+// allowed before the down (not a probe) is reported once an attempt sent
+// since is answered, and a down before that is not reported: while the
+// last replica of several drains and no other is connected yet, its late
+// answers revived the target and the next call, on a channel not ready,
+// marked it down again, a pair of changes every 10 ms (a user's trial:
+// 14-37 in a 250 ms gap of a rolling deploy). t.mu is held.
+func (t *Throttle) revivedBy(gen uint64) bool {
+	straggler := gen != t.gen
+	t.setUp()
+	if straggler {
+		t.unconfirmed, t.confirmFrom = true, t.gen
+		return false
+	}
+	return true
+}
+
 // setUp ends the down state with an empty window. t.mu is held.
 func (t *Throttle) setUp() {
 	t.silent = false
@@ -634,7 +654,7 @@ func (t *Throttle) revive(confirmed bool) {
 		t.publish(el)
 	}
 	if changed || confirmed {
-		t.unconfirmed = !confirmed
+		t.unconfirmed, t.confirmFrom = !confirmed, 0
 	}
 	t.mu.Unlock()
 	if report && t.cfg.OnDown != nil {

@@ -1306,3 +1306,75 @@ func TestSlowTailBeforeHang(t *testing.T) {
 		}
 	}
 }
+
+// While the last replica of several drains and no other is connected
+// yet, the draining one's late answers come to attempts allowed before
+// the target went down, and each revived it; the next call, on a channel
+// not ready, marked it down again: a pair of changes every 10 ms (a
+// user's trial: 14-37 in a 250 ms gap of a rolling deploy). A revival by
+// such a straggler is reported once an attempt sent since is answered,
+// and a down before that is not reported.
+func TestStragglersDoNotFlap(t *testing.T) {
+	var changes []bool
+	th, clk := newTest(t, Config{OnDown: func(_ string, down bool) { changes = append(changes, down) }})
+	for range 100 {
+		attempt(th, false, Accept)
+		clk.Advance(ms)
+	}
+	var stragglers []Permit
+	for range 10 {
+		p, err := th.Allow(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stragglers = append(stragglers, p)
+	}
+	th.Connectivity(false)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatalf("a failure on a connection not ready: not down (stats %+v)", th.Stats())
+	}
+	for i, p := range stragglers {
+		clk.Advance(5 * ms)
+		p.Done(Accept) // a late answer from the draining replica
+		if th.Down() {
+			t.Fatalf("straggler %d: still down", i)
+		}
+		th.Connectivity(false)
+		attempt(th, false, Overload) // the next call, on a channel not ready
+		if !th.Down() {
+			t.Fatalf("straggler %d: a failure after it left the target up", i)
+		}
+	}
+	if st := th.Stats(); st.Downs != 1 || len(changes) != 1 {
+		t.Fatalf("through ten stragglers: %d downs, changes %v; want 1, [true]", st.Downs, changes)
+	}
+	// A probe answered: up, reported.
+	clk.Advance(time.Second)
+	th.Connectivity(true)
+	if th.Down() {
+		// Revived by the connection alone: unconfirmed until an answer.
+		t.Fatal("connection ready again: still down")
+	}
+	attempt(th, false, Accept)
+	if len(changes) != 2 || changes[1] {
+		t.Fatalf("after an answer to an attempt sent since: changes %v, want [true false]", changes)
+	}
+	// A straggler's revival alone is confirmed by the next attempt's
+	// answer, not by another straggler's.
+	late := make([]Permit, 2)
+	for i := range late {
+		late[i], _ = th.Allow(false)
+	}
+	th.Connectivity(false)
+	attempt(th, false, Overload)
+	late[0].Done(Accept)
+	late[1].Done(Accept)
+	if len(changes) != 3 {
+		t.Fatalf("two stragglers after a down: changes %v, want [true false true]", changes)
+	}
+	attempt(th, false, Accept)
+	if len(changes) != 4 || changes[3] {
+		t.Fatalf("an answer to an attempt sent since: changes %v, want [true false true false]", changes)
+	}
+}
