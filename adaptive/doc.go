@@ -25,8 +25,8 @@
 //     the protection grows with the loss instead of being all or nothing.
 //     Only overload outcomes count against the target (UNAVAILABLE, a
 //     hang until a deadline); any other answer is an accept (the
-//     interceptor's: RESOURCE_EXHAUSTED too, a quota far more often than
-//     an overload). A deadline that ran out while the target answered other
+//     interceptor reports RESOURCE_EXHAUSTED as nothing, a quota far
+//     more often than an overload). A deadline that ran out while the target answered other
 //     attempts is no hang (Silence): the target's latency was the
 //     deadline's, as on a chain at capacity loaded by a fixed number of
 //     callers, which shedding cannot relieve. Nor is a deadline that ran

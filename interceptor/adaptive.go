@@ -23,9 +23,10 @@ import (
 //
 // Overload outcomes are UNAVAILABLE, DEADLINE_EXCEEDED of the attempt's
 // own timeout, and an attempt still unanswered when the caller's deadline
-// expired (a hang). RESOURCE_EXHAUSTED is an answer: a quota far more
-// often than an overload (one user over quota called a healthy target
-// down for every other user when it counted). A refusal by the target's admission
+// expired (a hang). RESOURCE_EXHAUSTED counts for nothing: a quota far
+// more often than an overload (one user over quota called a healthy
+// target down for every other user when it counted), or a message too
+// large. A refusal by the target's admission
 // control (MetadataShed) is busy, not broken (adaptive.Busy): it counts as
 // a request not accepted, which sheds only while the target accepts
 // nothing (its refusals are cheap and carry pushback), and never towards

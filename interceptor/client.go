@@ -25,7 +25,8 @@ import (
 // is a failure; so is one still running when the caller's deadline
 // expires, since a hang is the most expensive failure a target has; and
 // for the budget, one with any code the call retries (WithCodes).
-// RESOURCE_EXHAUSTED is an answer (a quota, not overload). An attempt whose caller cancels it counts for nothing. A
+// RESOURCE_EXHAUSTED says nothing about the target (a quota, not
+// overload). An attempt whose caller cancels it counts for nothing. A
 // call cancelled while it waits to retry ends with codes.Canceled (or
 // DeadlineExceeded), and errors.Is matches context.Canceled (or
 // context.DeadlineExceeded), as with grpc-go's own retry.

@@ -67,7 +67,8 @@ func (i *Interceptors) StreamServer() grpc.StreamServerInterceptor { return i.se
 // client interceptors. It turns off a retryPolicy of the service config;
 // a retrying interceptor chained by other dial options
 // (go-grpc-middleware's retry) stays on and multiplies attempts: remove
-// it, and give stormguard the codes it retried (WithCodes).
+// it, and give stormguard the codes it retried that a retry can fix
+// (WithCodes; not RESOURCE_EXHAUSTED, a quota).
 func (i *Interceptors) DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithDisableRetry(),

@@ -24,7 +24,7 @@ const (
 	// outcomeAnswer: the target answered with a code that is no sign of
 	// overload: it is alive and serving (NOT_FOUND, INTERNAL, a
 	// DEADLINE_EXCEEDED of a tier below, ABORTED even where it is
-	// retried, RESOURCE_EXHAUSTED: a quota, a message too large).
+	// retried).
 	outcomeAnswer
 	// outcomeOverload: UNAVAILABLE, from the target or from the channel
 	// (no connection).
@@ -44,6 +44,12 @@ const (
 	// outcomeDontRetryAnswer: "do not retry" on any other code: an answer
 	// that changes nothing, except for a probe (see forBreaker).
 	outcomeDontRetryAnswer
+	// outcomeQuota: RESOURCE_EXHAUSTED: a quota (one user's), far more
+	// often than an overload, or a message larger than a side accepts,
+	// which the client itself may have raised without sending anything.
+	// It says nothing about the target's health (see overloadCode); a
+	// failure to the retry limiters only where the call retries it.
+	outcomeQuota
 )
 
 var outcomeNames = [...]string{
@@ -56,6 +62,7 @@ var outcomeNames = [...]string{
 	outcomeBusy:            "busy",
 	outcomeDontRetry:       "dont-retry",
 	outcomeDontRetryAnswer: "dont-retry-answer",
+	outcomeQuota:           "quota",
 }
 
 func (k outcomeKind) String() string { return outcomeNames[k] }
@@ -125,6 +132,8 @@ func classifyKind(e ending) outcomeKind {
 		return outcomeHang // the caller's deadline, before any answer
 	case overloadCode(e.code):
 		return outcomeOverload
+	case e.code == codes.ResourceExhausted:
+		return outcomeQuota
 	case e.code == codes.DeadlineExceeded && e.ownTimeout:
 		return outcomeTimeout
 	case e.code == codes.DeadlineExceeded && e.pastDeadline && !e.answered:
@@ -139,11 +148,11 @@ func classifyKind(e ending) outcomeKind {
 }
 
 // overloadCode reports whether code is one of overload: UNAVAILABLE.
-// RESOURCE_EXHAUSTED is an answer: it is a quota far more often than an
-// overload (one user's, whose refusals called a healthy target down for
-// every other user of a tier), or a message larger than a side accepts;
-// a server shedding load says UNAVAILABLE (stormguard's admission
-// control, grpc-go's, Envoy's).
+// RESOURCE_EXHAUSTED is not (outcomeQuota): it is a quota far more often
+// than an overload (one user's, whose refusals called a healthy target
+// down for every other user of a tier), or a message larger than a side
+// accepts; a server shedding load says UNAVAILABLE (stormguard's
+// admission control, Envoy's).
 func overloadCode(code codes.Code) bool {
 	return code == codes.Unavailable
 }
@@ -167,7 +176,7 @@ func (k outcomeKind) failure() bool {
 // answer with another code (grpc-go leaves its tokens alone for those).
 func (o outcome) forLimiter() (success, ok bool) {
 	switch {
-	case o.kind == outcomeNothing:
+	case o.kind == outcomeNothing, o.kind == outcomeQuota && !o.retried:
 		return false, false
 	case o.kind == outcomeSuccess:
 		return true, true
