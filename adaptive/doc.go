@@ -52,9 +52,12 @@
 //     to them made a chain recover later after a slow dependency); busy
 //     is not broken.
 //  2. Retries only into a healthy target. A retry is refused while the
-//     target is down, after 8 overload failures in a row (a dead target at
-//     1000 requests/s reaches that in 8 ms; at 30 % random failures it
-//     happens to about one failure in 5000), while p > 0, and, for a
+//     target is down, after 8 overload failures in a row with no accept
+//     for 5 ms (a dead target at 1000 requests/s reaches that in 8 ms; at
+//     30 % random failures it happens to about one failure in 5000), or
+//     for 50 ms if they all came within 5 ms (the calls in flight on a
+//     connection that broke, one replica of several killed, whose
+//     retries the others serve), while p > 0, and, for a
 //     client too quiet to see accepts between its attempts, after 2
 //     failures in a row, the last DownAfter or more after the last
 //     accept (measured to the failure, so that a backoff waited before

@@ -83,8 +83,9 @@ func (t *Throttle) probeNeed() float64 {
 // fail together: it stops retries only after DownAfter without an
 // accept, so that the other replicas serve its retries even on a machine
 // too busy to read their answers within 5 ms (a user's trial: 64
-// callers, one replica of three killed, up to 28 calls failed on retries
-// refused so, while the two others served); at a dead target the
+// callers, each of three replicas killed in turn, up to 62 calls per
+// deploy failed on retries refused so, while the two others served); at
+// a dead target the
 // failures go on and make a run within milliseconds. t.mu is held.
 func (t *Throttle) failingRun(el int64) bool {
 	if t.run < retryRun {

@@ -104,9 +104,10 @@ const (
 	// healthy (Healthy).
 	healthyRun = 2
 	// retryRun overload failures in a row, with no accept between them
-	// and none for retrySilence, stop retries at once: at 30 % random failures a given failure ends
-	// such a run in less than 1 % of cases, at a dead target at 1000
-	// requests/s it takes about 5 ms.
+	// and none for a tenth of DownAfter (all of DownAfter if they came
+	// together), stop retries (failingRun): at 30 % random failures a
+	// given failure ends such a run in less than 1 % of cases, at a dead
+	// target at 1000 requests/s it takes about 5 ms.
 	retryRun = 8
 	// minRequests is the least number of requests in the window for the
 	// proportional rule to shed (and so to stop retries): below it, one

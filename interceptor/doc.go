@@ -34,7 +34,9 @@
 //   - An adaptive throttle per target (WithAdaptive, package adaptive), the
 //     recommended protection with the budget: it sheds in proportion to
 //     what payment accepts (never refusing capacity that exists), stops
-//     retries into a failing target at once, marks payment down 50 ms or
+//     retries into a failing target within milliseconds (not for the
+//     failures of one broken connection's calls alone, whose retries
+//     other replicas serve), marks payment down 50 ms or
 //     more after its last accept whatever came before, on evidence that
 //     random failures do not give (eight failures in a row, or one with
 //     the channel not ready), and probes a little, often, closing on the
