@@ -85,8 +85,8 @@ func (t *Throttle) probeNeed() float64 {
 // too busy to read their answers within 5 ms (a user's trial: 64
 // callers, each of three replicas killed in turn, up to 62 calls per
 // deploy failed on retries refused so, while the two others served); at
-// a dead target the
-// failures go on and make a run within milliseconds. t.mu is held.
+// a dead target the failures go on and make a run within milliseconds.
+// t.mu is held.
 func (t *Throttle) failingRun(el int64) bool {
 	if t.run < retryRun {
 		return false
