@@ -763,6 +763,60 @@ func TestBack(t *testing.T) {
 	}
 }
 
+// A probe that fails ends the wait of the callers held for the target
+// (Back): they learn what the probe learned, and fail then rather than
+// at the end of their hold. A user's trial: an aggregator whose optional
+// dependency was killed answered every request 250 ms late (the hold),
+// where retries off answered in 20 ms.
+func TestFailedProbeEndsHold(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	back := th.Back()
+	var probe Permit
+	for range 1000 {
+		clk.Advance(ms)
+		if p, err := th.Allow(false); err == nil {
+			probe = p
+			break
+		}
+	}
+	if !probe.Probe() {
+		t.Fatal("no probe in 1000 requests at 1 per ms")
+	}
+	select {
+	case <-back:
+		t.Fatal("Back closed before the probe's answer")
+	default:
+	}
+	probe.Done(Overload)
+	select {
+	case <-back:
+	default:
+		t.Fatal("Back not closed when the probe failed")
+	}
+	if !th.Down() {
+		t.Fatal("up after a failed probe")
+	}
+	// The callers that wait now wait for the next probe.
+	next := th.Back()
+	if next == back {
+		t.Fatal("Back after a failed probe: the closed channel again")
+	}
+	// A refused request changes nothing.
+	attempt(th, false, Overload)
+	select {
+	case <-next:
+		t.Fatal("Back closed by a refused request")
+	default:
+	}
+}
+
 // TestSilence: a deadline that ran out counts against the target only if
 // the target answered nothing while the attempt waited. On a chain at
 // capacity, attempts whose deadline is the chain's latency expire among

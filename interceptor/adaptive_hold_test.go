@@ -19,6 +19,14 @@ import (
 // 100 ms.
 func downTarget(t *testing.T, hold time.Duration, opts ...Option) (*Interceptors, adaptive.Permit, *fakeInvoker) {
 	t.Helper()
+	i, straggler, inv, _, _ := downTargetClock(t, hold, opts...)
+	return i, straggler, inv
+}
+
+// downTargetClock is downTarget that also returns the throttle and its
+// clock.
+func downTargetClock(t *testing.T, hold time.Duration, opts ...Option) (*Interceptors, adaptive.Permit, *fakeInvoker, *adaptive.Throttle, *clock.Fake) {
+	t.Helper()
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	set, err := adaptive.NewSet(adaptive.Config{Clock: clk, Rand: func() float64 { return 0.5 }, Hold: hold}, 0)
 	if err != nil {
@@ -41,7 +49,7 @@ func downTarget(t *testing.T, hold time.Duration, opts ...Option) (*Interceptors
 	if !th.Down() {
 		t.Fatal("setup: not down")
 	}
-	return i, straggler, &fakeInvoker{results: []error{nil}}
+	return i, straggler, &fakeInvoker{results: []error{nil}}, th, clk
 }
 
 // A first attempt refused because its target is down is held until the
@@ -68,6 +76,53 @@ func TestHoldUntilBack(t *testing.T) {
 	}
 	if len(inv.seen) != 1 {
 		t.Fatalf("attempts: %d, want 1", len(inv.seen))
+	}
+}
+
+// A held call learns what the next probe learns: a probe that fails
+// while it waits ends its hold with the refusal, at once, not at the end
+// of the hold (a user's trial: a killed optional branch of a fan-out made
+// every request of an aggregator wait the whole 250 ms).
+func TestHoldEndsOnFailedProbe(t *testing.T) {
+	parked := make(chan struct{})
+	var ended string // written before the call returns
+	i, _, inv, th, clk := downTargetClock(t, time.Second, withHold(func(ctx context.Context, _ time.Duration, back <-chan struct{}) error {
+		close(parked)
+		select { // no timer: only the probe's answer ends the hold
+		case <-back:
+			ended = "back closed"
+			return nil
+		case <-ctx.Done():
+			ended = "deadline"
+			return ctx.Err()
+		}
+	}))
+	done := make(chan error, 1)
+	go func() {
+		done <- i.UnaryClient()(ctxTimeout(t, 2*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke)
+	}()
+	<-parked
+	var probe adaptive.Permit
+	for range 1000 {
+		clk.Advance(time.Millisecond)
+		if p, err := th.Allow(false); err == nil {
+			probe = p
+			break
+		}
+	}
+	if !probe.Probe() {
+		t.Fatal("no probe in a second of requests")
+	}
+	probe.Done(adaptive.Overload)
+	err := <-done
+	if ended != "back closed" {
+		t.Fatalf("hold ended by %s, want by the failed probe", ended)
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("held call when the probe failed: %v, want UNAVAILABLE (refused)", err)
+	}
+	if len(inv.seen) != 0 {
+		t.Fatalf("attempts sent: %d, want 0", len(inv.seen))
 	}
 }
 
