@@ -335,17 +335,25 @@ type Limiter struct {
 	overloaded atomic.Bool
 	suspect    atomic.Bool // arrivals exceed completions: wait beyond suspectCap (suspect.go)
 	suspectCap atomic.Int64
-	perDone    atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
-	threshold  [numClasses]atomic.Int64      // nanoseconds: base + Target x share
-	baseNow    atomic.Int64                  // nanoseconds: the base the thresholds use
-	lastMean   atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
-	hold       atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
-	least      atomic.Int64                  // the least Measured latency of the window; 0: none
-	judging    atomic.Pointer[judgement]     // followService's judgement; never nil
-	waitingN   atomic.Int64                  // requests in the queue or about to enter it
-	rejected   [numReasons]atomic.Int64
-	mdl        model // checkModel's samples
-	cold       coldStart
+	// suspectFrom: when the server last became suspect (nanoseconds since
+	// origin); of the requests admitted since and served, suspSum and
+	// suspN sum what they took, and roomSeen says that one took no
+	// longer than the base (see roomFor).
+	suspectFrom atomic.Int64
+	suspSum     atomic.Int64
+	suspN       atomic.Int64
+	roomSeen    atomic.Bool
+	perDone     atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
+	threshold   [numClasses]atomic.Int64      // nanoseconds: base + Target x share
+	baseNow     atomic.Int64                  // nanoseconds: the base the thresholds use
+	lastMean    atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
+	hold        atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
+	least       atomic.Int64                  // the least Measured latency of the window; 0: none
+	judging     atomic.Pointer[judgement]     // followService's judgement; never nil
+	waitingN    atomic.Int64                  // requests in the queue or about to enter it
+	rejected    [numReasons]atomic.Int64
+	mdl         model // checkModel's samples
+	cold        coldStart
 
 	trialAt atomic.Int64 // when the last trial went in (see trialDue); nanoseconds since origin
 
@@ -808,6 +816,13 @@ func (p Permit) Release(o Outcome) {
 				l.trialServed()
 			}
 			lower(&l.least, rtt)
+			if l.suspect.Load() && p.start >= l.suspectFrom.Load() {
+				l.suspSum.Add(rtt)
+				l.suspN.Add(1)
+				if rtt <= l.baseNow.Load() {
+					l.roomSeen.Store(true)
+				}
+			}
 			if j := l.judging.Load(); p.start >= j.from {
 				lower(&j.least, rtt)
 			}

@@ -80,6 +80,10 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.suspectMax = l.suspectLength(per)
 	l.calmRun = 0
 	l.held = [calmWindows + 1]int64{}
+	l.suspectFrom.Store(l.now())
+	l.suspSum.Store(0)
+	l.suspN.Store(0)
+	l.roomSeen.Store(false)
 	l.suspect.Store(true)
 }
 
@@ -156,6 +160,49 @@ func (l *Limiter) throughputNeed(per int64) int64 {
 	return max(int64(2*float64(least)/float64(per)), minSuspectCap)
 }
 
+// roomFor returns the cap a suspect server may grow to at the end of
+// win, 0 for none: twice the cap, up to twice what its arrivals need at
+// the latency of the requests it admitted and served since it became
+// suspect (Little's law), if the cap is full and holds requests back, and
+// one of those requests was served within the base since the cap last
+// grew. A server that queues makes every request wait once more are in
+// flight than it has workers, and then none is served that fast; one
+// that waits (on a dependency, a database), whose requests take what
+// they take however many are in flight, keeps serving its fast requests
+// fast, and its cap grows to what its arrivals need, not to what the
+// base (the mean of what it served before) says they need: a server of
+// fast requests (5 ms) given slow ones as well (100-300 ms, 128 a
+// second: 26 in flight) was held at the 5 to 10 it had when it became
+// suspect, its completions fell behind its arrivals for the cap's sake,
+// and it refused 42-84 % of both kinds (a user's trial;
+// TestSlowerMixNeverRefused). The need bounds the growth where the
+// requests that are not served fast never end (half of them hang below
+// the server: TestHangAdmitsNoBacklog). l.mu is held.
+func (l *Limiter) roomFor(win window) int64 {
+	limit := l.suspectCap.Load()
+	n := l.suspN.Load()
+	if win.inflight < limit || n == 0 {
+		return 0
+	}
+	l.sq.mu.Lock()
+	held := len(l.sq.waiters) > 0
+	l.sq.mu.Unlock()
+	if !held || !l.roomSeen.Swap(false) {
+		return 0
+	}
+	var dur, arrived int64
+	for i := range min(rateWindows, l.histN) {
+		w := l.recent(i)
+		dur += w.dur
+		arrived += w.arrived + w.refused
+	}
+	if dur == 0 {
+		return 0
+	}
+	need := int64(2 * float64(arrived) / float64(dur) * float64(l.suspSum.Load()/n))
+	return min(2*limit, need)
+}
+
 // whileSuspect is the window's end while the server is suspect: calm
 // ends it, a long enough excess of arrivals makes the server overloaded.
 // l.mu is held.
@@ -166,6 +213,10 @@ func (l *Limiter) whileSuspect(win window) {
 	// was 60 windows for a gateway at 8x, long enough to let the oldest
 	// waiters in at half their deadline).
 	growing := false
+	if room := l.roomFor(win); room > l.suspectCap.Load() {
+		l.suspectCap.Store(room)
+		growing = true
+	}
 	if per := l.perDone.Load(); per > 0 {
 		if need := l.throughputNeed(per); need > l.suspectCap.Load() {
 			l.suspectCap.Store(need)
