@@ -56,7 +56,10 @@ type Config struct {
 
 	// ProbeRatio is the share of requests, 1e-6 to 1, that may probe a
 	// down target: every request adds ProbeRatio to a credit, and a probe
-	// spends a whole one. After a down on a run of failures behind a
+	// spends a whole one. Requests that became rare while the target was
+	// down (a tier above holds them back) add what the requests of the
+	// window before the down would have added since the last one, up to
+	// a probe per Window. After a down on a run of failures behind a
 	// ready connection (maybe a false alarm) the first probes need less:
 	// one request's credit, then twice as much each time up to a whole
 	// one. Zero means DefaultProbeRatio (0.05). Valid: 1e-6 to 1.

@@ -120,7 +120,12 @@
 // request per second adds up to a small fraction of the fleet's load at a
 // dead target, not a thousand probes per second. The price is that such a
 // replica learns slowly that the target is back (about 1/ProbeRatio
-// requests). Two signals end the down state without probe load:
+// requests). The share is of the requests the instance saw before the
+// down, if they came faster than they come since (up to a probe per
+// Window): a tier whose callers are held back by a tier above it (a
+// throttle above a plain tier, which drops the "do not retry" answer)
+// sees a few of its requests, and counted per request they would probe
+// after seconds. Two signals end the down state without probe load:
 // Connectivity, fed with the channel's state (a connection that broke and
 // is ready again: the target's process is back), and Revive, for anything
 // else that says so (an answer that carries the target's state, a health

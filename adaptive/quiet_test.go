@@ -301,3 +301,56 @@ func TestAcceptClearsBroken(t *testing.T) {
 		t.Fatal("down at one failure on a connection that carried an accept since it was seen broken")
 	}
 }
+
+// Requests that became rare while the target was down (a tier above
+// holds them back) probe it as the requests before the down would have,
+// up to a probe per Window: a client sent 200 requests a second before
+// its target was down, and 8 a second since, probes once a second, not
+// once every 20 requests (2.5 s). A user's trial: a plain tier between
+// two stormguard tiers dropped the "do not retry" answer, the tier above
+// called it down and let 8 of the 730 requests a second through, and
+// the tiers held each other shut for 1.25-3.75 s after payment was back.
+// A client as quiet before as after probes as before: every 20 requests.
+func TestProbeCreditFollowsRateBeforeDown(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		before      time.Duration // between requests before the down
+		after       time.Duration // and after
+		wantBetween time.Duration // between probes
+	}{
+		{"busy before, rare since", 5 * ms, 125 * ms, time.Second},
+		{"quiet before and since", time.Second, time.Second, 20 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			th, clk := newTest(t, Config{})
+			for range time.Second / tc.before {
+				clk.Advance(tc.before)
+				attempt(th, false, Accept)
+			}
+			th.Connectivity(false) // a whole credit per probe from the start
+			clk.Advance(tc.before)
+			attempt(th, false, Overload)
+			if !th.Down() {
+				t.Fatal("not down")
+			}
+			var probes []time.Duration
+			start := clk.Now()
+			for len(probes) < 4 {
+				clk.Advance(tc.after)
+				if p, err := th.Allow(false); err == nil {
+					probes = append(probes, clk.Now().Sub(start))
+					p.Done(Overload)
+				}
+				if clk.Now().Sub(start) > time.Minute+4*tc.wantBetween {
+					t.Fatalf("probes in %v: %v, want 4, %v apart", clk.Now().Sub(start), probes, tc.wantBetween)
+				}
+			}
+			for i := 1; i < len(probes); i++ {
+				if gap := probes[i] - probes[i-1]; gap != tc.wantBetween {
+					t.Errorf("probes at %v: %v apart, want %v", probes, gap, tc.wantBetween)
+					break
+				}
+			}
+		})
+	}
+}

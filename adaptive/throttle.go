@@ -200,12 +200,23 @@ type Throttle struct {
 	lastFail   int64 // elapsed at the last overload failure while up
 	fresh      int64 // accepts since then
 	credit     float64
-	probes     int  // probes since the target was marked down
-	early      bool // down on a run of failures: probe early (quiet.go)
-	nextProbe  int64
-	p          float64       // the last shedding probability computed
-	broken     bool          // the connection was seen not ready, and not ready since
-	back       chan struct{} // while down, if asked for: closed when up again
+	// floorRate: the probe credit a nanosecond adds while down, at
+	// least (see allowDown); lastAsk: elapsed at the last request while
+	// down, or at the down.
+	floorRate float64
+	lastAsk   int64
+	probes    int // probes since the target was marked down
+	// The kinds of request (see AllowFor) while down: of the last probe
+	// allowed, and of the last that failed; otherKind: a request of
+	// another kind than missKind asked since; skipped: a probe was
+	// refused to one of missKind since (see preferOther).
+	probeKind, missKind string
+	otherKind, skipped  bool
+	early               bool // down on a run of failures: probe early (quiet.go)
+	nextProbe           int64
+	p                   float64       // the last shedding probability computed
+	broken              bool          // the connection was seen not ready, and not ready since
+	back                chan struct{} // while down, if asked for: closed when up again
 	// unconfirmed: up since its connection was ready again (a health
 	// trial), or since an answer to an attempt allowed before the down (a
 	// straggler), with no answer since (to an attempt of generation
@@ -313,7 +324,21 @@ func (p Permit) Probe() bool { return p.probe }
 // shed or a retry is refused, and otherwise a Permit whose Done must be
 // called once with the outcome (an unreported Permit costs nothing but
 // the information).
-func (t *Throttle) Allow(retry bool) (Permit, error) {
+func (t *Throttle) Allow(retry bool) (Permit, error) { return t.AllowFor(retry, "") }
+
+// AllowFor is Allow for a request of a kind: the method of a gRPC call,
+// or whatever part of the target a request reaches ("" for none). While
+// the target is down, a probe that failed for one kind is followed by
+// a probe for another kind, if one asks before the next request of the
+// failed kind that may probe does after it: a target that serves several
+// services, one of which fails everything, is probed through the others
+// too, and the first of them that answers ends the down state. Probed
+// only by the first request to ask after each gap, a caller that always
+// called the failing service first (an aggregator: the optional pricing,
+// then inventory) kept the target down, and its healthy inventory
+// refused, for as long as pricing failed (a user's trial: 40 of 40
+// refused over 18 s).
+func (t *Throttle) AllowFor(retry bool, kind string) (Permit, error) {
 	if w := t.word.Load(); w&1 == 1 {
 		// The common case, a healthy target: no lock, one clock read.
 		return Permit{t: t, gen: w >> 1, answers: t.answers.Load(), at: t.elapsed()}, nil
@@ -322,7 +347,7 @@ func (t *Throttle) Allow(retry bool) (Permit, error) {
 	el := t.elapsed()
 	t.mu.Lock()
 	if t.down {
-		return t.allowDown(el, u, retry, false)
+		return t.allowDown(el, u, retry, false, kind)
 	}
 	t.publish(el)
 	p := t.p
@@ -422,23 +447,32 @@ func (t *Throttle) AllowTrial() (Permit, error) {
 		t.mu.Unlock()
 		return t.Allow(false)
 	}
-	return t.allowDown(el, u, false, true)
+	return t.allowDown(el, u, false, true, "")
 }
 
-// allowDown is Allow for a down target; trial waives the probe credit
-// (see AllowTrial). t.mu is held; it unlocks.
-func (t *Throttle) allowDown(el int64, u float64, retry, trial bool) (Permit, error) {
+// allowDown is AllowFor for a down target; trial waives the probe
+// credit (see AllowTrial). t.mu is held; it unlocks.
+func (t *Throttle) allowDown(el int64, u float64, retry, trial bool, kind string) (Permit, error) {
 	if retry {
 		t.stats.RetriesRefused++
 		t.mu.Unlock()
 		return Permit{}, ErrDown
 	}
-	t.credit = min(t.credit+t.cfg.ProbeRatio, 1)
-	if (!trial && t.credit < t.probeNeed()-1e-9) || el < t.nextProbe {
+	if kind != t.missKind {
+		t.otherKind = true
+	}
+	add := t.cfg.ProbeRatio
+	if gap := el - t.lastAsk; gap > 0 {
+		add = max(add, float64(gap)*t.floorRate)
+		t.lastAsk = el
+	}
+	t.credit = min(t.credit+add, 1)
+	if (!trial && t.credit < t.probeNeed()-1e-9) || el < t.nextProbe || t.preferOther(kind) {
 		t.stats.Refused++
 		t.mu.Unlock()
 		return Permit{}, ErrDown
 	}
+	t.probeKind, t.otherKind, t.skipped = kind, false, false
 	t.credit = 0
 	t.probes++
 	t.nextProbe = el + t.probeGap(u)
@@ -446,6 +480,19 @@ func (t *Throttle) allowDown(el int64, u float64, retry, trial bool) (Permit, er
 	gen := t.gen
 	t.mu.Unlock()
 	return Permit{t: t, gen: gen, answers: t.answers.Load(), at: el, probe: true}, nil
+}
+
+// preferOther reports whether a request of kind, which may probe the
+// down target, leaves the probe to a request of another kind: the last
+// probe failed for kind, a request of another kind asked since, and
+// none of kind was refused the probe so yet (see AllowFor). t.mu is
+// held.
+func (t *Throttle) preferOther(kind string) bool {
+	if kind == "" || kind != t.missKind || !t.otherKind || t.skipped {
+		return false
+	}
+	t.skipped = true
+	return true
 }
 
 // probeGap is ProbeInterval spread over [0.5, 1.5) by u.
@@ -538,12 +585,16 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 			b.acc++
 		}
 	case Overload:
-		if t.down && probe && gen == t.gen && t.back != nil {
+		if t.down && probe && gen == t.gen {
 			// A probe failed: the target is still down, and the callers
 			// held for its answer (Back) fail now rather than at the end
-			// of their hold.
-			close(t.back)
-			t.back = nil
+			// of their hold. The next probe goes to another kind of
+			// request, if one asks (see AllowFor).
+			t.missKind = t.probeKind
+			if t.back != nil {
+				close(t.back)
+				t.back = nil
+			}
 		}
 		if t.down || gen != t.gen {
 			break
@@ -567,6 +618,8 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 			t.down = true
 			t.gen++
 			t.credit, t.probes = 0, 0
+			t.lastAsk, t.floorRate = el, t.creditFloor(el)
+			t.probeKind, t.missKind, t.otherKind, t.skipped = "", "", false, false
 			t.early = !t.broken
 			t.nextProbe = el + t.probeGap(u)
 			if t.unconfirmed {
@@ -742,6 +795,21 @@ func (t *Throttle) Back() <-chan struct{} {
 		t.back = make(chan struct{})
 	}
 	return t.back
+}
+
+// ProbeIn returns how long until the next request may probe the down
+// target, if it has the credit (0: now, or the target is up). A caller
+// held for the target (Back) may ask again then: held callers of a
+// fixed number send nothing new while they wait, and without one of
+// them no probe would go until their holds end.
+func (t *Throttle) ProbeIn() time.Duration {
+	el := t.elapsed()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.down {
+		return 0
+	}
+	return time.Duration(max(t.nextProbe-el, 0))
 }
 
 // Hold returns Config.Hold, normalized (0: no hold).

@@ -1433,3 +1433,66 @@ func TestStragglersDoNotFlap(t *testing.T) {
 		t.Fatalf("an answer to an attempt sent since: changes %v, want [true false true false]", changes)
 	}
 }
+
+// A down target whose probes fail for one kind of request is probed for
+// another kind as well, when one asks: a caller that calls the failing
+// service (pricing) and then a healthy one (inventory) on one target,
+// one after the other, gets its inventory probed, and the target back.
+// A user's trial: each probe went to pricing, the first to ask after the
+// gap, and inventory was refused 40 of 40 times over 18 s. A caller of
+// one kind probes as before.
+func TestProbesGoToOtherKinds(t *testing.T) {
+	// Every request has the credit: the first to ask after the gap
+	// (50 ms) may probe, and pricing asks first.
+	th, clk := newTest(t, Config{ProbeRatio: 1})
+	attempt(th, false, Accept)
+	th.Connectivity(false)
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	ask := func(kind string, o Outcome) (probed bool) {
+		p, err := th.AllowFor(false, kind)
+		if err != nil {
+			return false
+		}
+		if !p.Probe() {
+			t.Fatalf("%s allowed while down, not as a probe", kind)
+		}
+		p.Done(o)
+		return true
+	}
+	pricingProbes := 0
+	for i := 0; i < 1000 && th.Down(); i++ {
+		clk.Advance(10 * ms)
+		if ask("/shop.Pricing/Get", Overload) {
+			pricingProbes++
+		}
+		clk.Advance(10 * ms)
+		ask("/shop.Inventory/Get", Accept)
+	}
+	if th.Down() {
+		t.Fatalf("still down after 1000 rounds (%d probes of pricing)", pricingProbes)
+	}
+	if pricingProbes != 1 {
+		t.Errorf("pricing probed %d times before inventory, want 1", pricingProbes)
+	}
+
+	// One kind alone: each probe goes to it.
+	th, clk = newTest(t, Config{ProbeRatio: 1, ProbeInterval: 10 * ms})
+	attempt(th, false, Accept)
+	th.Connectivity(false)
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	probes := 0
+	for range 10 {
+		clk.Advance(10 * ms)
+		if ask("/shop.Pricing/Get", Overload) {
+			probes++
+		}
+	}
+	if probes != 10 {
+		t.Errorf("one kind, a request every ProbeInterval at ProbeRatio 1: %d probes of 10 requests, want 10", probes)
+	}
+}

@@ -134,7 +134,7 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 		if trial {
 			return t.AllowTrial()
 		}
-		return t.Allow(retry)
+		return t.AllowFor(retry, c.method)
 	}
 	p, err := ask()
 	if errors.Is(err, adaptive.ErrDown) && c.conn != nil {
@@ -145,8 +145,12 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	}
 	// Held: the target may be back; a trial refused for the probe
 	// interval alone asks again anyway (the interval has likely passed).
-	if errors.Is(err, adaptive.ErrDown) && !retry && (c.holdDown(t) || trial && c.ctx.Err() == nil) {
-		p, err = ask()
+	if errors.Is(err, adaptive.ErrDown) && !retry {
+		if hp, herr, asked := c.holdDown(t, ask); asked {
+			p, err = hp, herr
+		} else if trial && c.ctx.Err() == nil {
+			p, err = ask()
+		}
 	}
 	if err != nil {
 		if c.cfg.observer != nil {
@@ -217,8 +221,11 @@ func (g *throttleGuard) answered(_ *call, a *attempt) {
 
 // holdDown holds a first attempt refused because its target is down, up
 // to adaptive.Config.Hold and within the caller's deadline, until the
-// target is back (see adaptive.Config.Hold), and reports whether it may
-// ask again: the target is back, or its channel is ready again. A caller
+// target is back or a probe failed (see adaptive.Config.Hold), asking
+// once more when the next probe may go; it returns what the throttle
+// answered the last time it asked, and asked false if it did not ask (a
+// probe failed, the hold ended with the target down, or the caller
+// left). A caller
 // at a fixed concurrency so waits instead of spinning on refusals, and
 // after the outage its request goes out instead of failing before the
 // first probe or health trial.
@@ -228,22 +235,60 @@ func (g *throttleGuard) answered(_ *call, a *attempt) {
 // above before their deadline, which is the same: held until it, every
 // tier of the chain would fail with DEADLINE_EXCEEDED, and a caller with
 // a deadline shorter than the hold would read a dead target as a slow one.
-func (c *call) holdDown(t *adaptive.Throttle) bool {
+func (c *call) holdDown(t *adaptive.Throttle, ask func() (adaptive.Permit, error)) (p adaptive.Permit, err error, asked bool) {
 	d := t.Hold()
 	if dl, ok := c.ctx.Deadline(); ok {
 		left := time.Until(dl)
 		d = min(d, left-holdMargin(left))
 	}
 	if d <= 0 {
-		return false
+		return p, nil, false
+	}
+	if due := t.ProbeIn(); due < d {
+		// Until the next probe may go, then ask once: a caller of a
+		// fixed number, all of whose requests are held, sends nothing
+		// else, and no probe would go until the holds end (a user's
+		// trial: 32 callers of an aggregator whose optional dependency
+		// was killed, held 250 ms each, in step). Allowed, it goes,
+		// maybe as that probe; refused, it waits for the probe's answer.
+		back := t.Back()
+		if c.cfg.hold(c.ctx, due, back) != nil {
+			return p, nil, false
+		}
+		if c.conn != nil {
+			reportConn(t, c.conn)
+		}
+		if isClosed(back) && t.Down() {
+			return p, nil, false // a probe failed meanwhile
+		}
+		if p, err = ask(); !errors.Is(err, adaptive.ErrDown) {
+			return p, err, true
+		}
+		if d -= due; d <= 0 {
+			return p, err, true
+		}
 	}
 	if c.cfg.hold(c.ctx, d, t.Back()) != nil {
-		return false
+		return p, nil, false
 	}
 	if c.conn != nil {
 		reportConn(t, c.conn)
 	}
-	return !t.Down()
+	if t.Down() {
+		return p, nil, false
+	}
+	p, err = ask()
+	return p, err, true
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // holdMargin is how long before the caller's deadline, left away, a hold
