@@ -52,6 +52,7 @@ type hedgeTry struct {
 	topt     grpc.TrailerCallOption
 	popt     grpc.PeerCallOption
 	start    time.Time
+	took     time.Duration // from start to judge
 	err      error
 	panicVal any  // what a hedge's invoker panicked with
 	panicked bool // the invoker panicked
@@ -108,6 +109,10 @@ type hedgeCall struct {
 	// waited is the wait before the hedge due: the hedge delay, or a
 	// pushback (for EventHedgeSent).
 	waited time.Duration
+	// ruled: why the rules gave the lead no timer (see startLead), 0 if
+	// they did not; reported if the lead outlasted its delay, ruledAfter.
+	ruled      StopReason
+	ruledAfter time.Duration
 }
 
 // hedgeVerdict is what the coordinator hands the caller's goroutine: the
@@ -207,6 +212,11 @@ func (h *hedgeCall) leadAttempt() (time.Duration, error) {
 	returned = true
 	if h.endLead() {
 		o := h.judge(t)
+		if h.ruled != 0 && t.took >= h.ruledAfter {
+			// The hedge the lead's wait made due, which the rules
+			// refused as it started (no timer, no coordinator).
+			c.observe(Event{Kind: EventHedgeRefused, Attempt: c.attempt, Reason: h.ruled})
+		}
 		c.committed = t.header != nil
 		return c.next(t.err, o)
 	}
@@ -233,7 +243,13 @@ func (h *hedgeCall) startLead() {
 	delay := c.hedgeDelay(h.target)
 	// A lead that cannot be hedged (the rules say no now) needs neither a
 	// timer nor a context of its own to cancel: no coordinator will run.
-	hedgeable := h.hedgeDue() && h.rules(t.start, true) == 0
+	hedgeable := h.hedgeDue()
+	h.ruled = 0
+	if hedgeable {
+		if h.ruled = h.rules(t.start, true); h.ruled != 0 {
+			hedgeable, h.ruledAfter = false, delay
+		}
+	}
 	t.ctx, t.stop = actx, noCancel
 	if hedgeable {
 		t.ctx, t.stop = context.WithCancel(actx)
@@ -505,6 +521,7 @@ func (h *hedgeCall) judge(t *hedgeTry) outcome {
 		}
 	}()
 	now := c.cfg.now()
+	t.took = now.Sub(t.start)
 	var o outcome
 	switch {
 	case t.panicked:
@@ -522,7 +539,7 @@ func (h *hedgeCall) judge(t *hedgeTry) outcome {
 		// A first attempt cancelled for a hedge's answer counts with the
 		// time it had run: it was at least that slow, which keeps the
 		// percentile where it is instead of learning only the fast ones.
-		h.target.delay.Record(now.Sub(t.start))
+		h.target.delay.Record(t.took)
 	}
 	return o
 }

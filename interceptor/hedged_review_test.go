@@ -362,3 +362,22 @@ func TestHedgePointerHeaderOption(t *testing.T) {
 		t.Errorf("caller header who=%v, want the winning hedge", got)
 	}
 }
+
+// A lead that the rules gave no timer (the target is queueing) and that
+// outlasted its hedge delay reports the hedge refused, with the rule: a
+// user's trial saw hedges stop for 16 s after a healthy slowdown read
+// as queueing, and no event said why.
+func TestHedgeRefusedByRulesReported(t *testing.T) {
+	q := newQueueHarness(t, Hedging{Delay: time.Millisecond, Adaptive: hedge.Config{MinSamples: 10}})
+	calls, clk := func(n int, d time.Duration) { q.calls(t, n, d) }, q.clk
+	calls(11, 2*time.Millisecond)
+	clk.Advance(hedge.DefaultWindow)
+	calls(10, 40*time.Millisecond)
+	clk.Advance(hedge.DefaultWindow / 20)
+	q.reads.Store(0)
+	before := q.rec.count(EventHedgeRefused)
+	leadAlone(t, q.i, q.f, q.timers) // 40 ms: past the 1 ms delay
+	if got := q.rec.count(EventHedgeRefused) - before; got != 1 || lastRefusal(q.rec) != StopQueueing {
+		t.Errorf("hedges refused: %d, last for %v; want 1, %v", got, lastRefusal(q.rec), StopQueueing)
+	}
+}

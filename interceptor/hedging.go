@@ -66,7 +66,11 @@ type hedging struct {
 // hedge goes to a target whose recent median latency is more than twice
 // its lowest lately: it is queueing (at capacity from a fixed number of
 // callers, or overloaded; hedge.Delay.Queueing), and a hedge would wait
-// in the same queue (EventHedgeRefused with StopQueueing). And hedges go
+// in the same queue (EventHedgeRefused with StopQueueing, for each call
+// that outlasted its hedge delay). A target whose latency rose for good
+// (a slower deploy, healthy) reads as queueing too, until the lowest
+// median follows it up: a user's trial measured 8 s without hedges after
+// a 3x step, 16 s after a 5x one. And hedges go
 // out only while at least one in ten of the target's recent hedges (for
 // the method, decayed with a half-life of 2 s) answered before the
 // attempts sent earlier, or while fewer than ten were sent lately: a
