@@ -60,7 +60,11 @@ const (
 	// it; the last 256 or so accepts, however old, and none that took
 	// longer than Window), the target answered nothing since the attempt
 	// was allowed, and such silences have gone on for DownAfter (a hang:
-	// nothing comes back), and is Ignored otherwise. A deadline shorter
+	// nothing comes back), and is Ignored otherwise, and before the target
+	// ever answered: how long it takes is not known yet (a user's trial:
+	// 10 ms deadlines at a chain that answers in 3-8 ms, whose first
+	// calls waited for the connections below, called the healthy target
+	// down 160 ms after the start, in 2 of 4 runs). A deadline shorter
 	// than the target takes to answer says nothing about it: a
 	// caller whose deadlines are 3 ms at a target that answers in 10 ms
 	// would otherwise mark it down for every other caller too quiet to
@@ -526,7 +530,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 	t.mu.Lock()
 	n, from := int64(1), el // overload failures, the first at from
 	if o == Silence {
-		if el-at < t.typical() {
+		if !t.accepted || el-at < t.typical() {
 			// The deadline ran out before the target would have
 			// answered: no evidence (see Silence).
 			t.mu.Unlock()

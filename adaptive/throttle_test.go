@@ -1496,3 +1496,24 @@ func TestProbesGoToOtherKinds(t *testing.T) {
 		t.Errorf("one kind, a request every ProbeInterval at ProbeRatio 1: %d probes of 10 requests, want 10", probes)
 	}
 }
+
+// Before the target ever answered, a deadline that ran out says nothing
+// about it: how long it takes is not known yet. A user's trial: 10 ms
+// deadlines at a chain that answers in 3-8 ms, whose first calls waited
+// for the connections below, called the healthy target down 160 ms
+// after the start (2 of 4 runs). Once it answered, a hang is seen as
+// before (TestSilence).
+func TestColdSilenceIsNoEvidence(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for range 40 { // 200 ms of calls, each silent until its deadline
+		p, err := th.Allow(false)
+		if err != nil {
+			t.Fatalf("refused at %v: %v", clk.Now(), err)
+		}
+		clk.Advance(5 * ms)
+		p.Done(Silence)
+	}
+	if s := th.Stats(); s.Down || s.Downs != 0 {
+		t.Errorf("down after silences from a cold start: %+v", s)
+	}
+}
