@@ -71,26 +71,28 @@ func (t *Throttle) probeNeed() float64 {
 
 // creditFloor returns the probe credit per nanosecond that a down
 // target's requests bring at least, for a target marked down at el:
-// ProbeRatio of the attempts per nanosecond that the window counted
-// before the down (requests and their retries), up to one probe per
-// Window. Each request adds ProbeRatio, or,
-// if more, that rate times the time since the last one: requests that
-// became rare while the target was down (a tier above holds them back:
-// its own throttle, or a plain tier that drops the "do not retry"
-// answer, so that a stormguard client above it calls the healthy tier
-// next to it down) probe as the requests before the down would have.
-// Counted per request, the 8 a second that such a tier let through of
-// the 730 before gathered a probe every 2.5 s, and the tiers held each
-// other shut for 1.25-3.75 s after payment was back (a user's trial). A
-// client as quiet before the down as after it probes as before, or up
-// to three times as often where its requests were retried (in the
-// simulator's fleet of 1 000 replicas at 1 request/s each, 1.232 calls
-// at payment per request against 1.229, back to 99 % 2.1 s after payment
-// instead of 5.85 s). t.mu is held.
+// ProbeRatio of the accepted attempts per nanosecond of the window
+// before the down, up to one probe per Window. Each request adds
+// ProbeRatio, or, if more, that rate times the time since the last
+// request (up to a Window): requests that became rare while the target
+// was down (a tier above holds them back: its own throttle, or a plain
+// tier that drops the "do not retry" answer, so that a stormguard
+// client above it calls the healthy tier next to it down) probe as the
+// requests before the down would have. Counted per request, the 8 a
+// second that such a tier let through of the 730 before gathered a
+// probe every 2.5 s, and the tiers held each other shut for 1.25-3.75 s
+// after payment was back (a user's trial). So a client's probes of a
+// dead target stay within ProbeRatio of what it sent before the outage
+// or sends during it, whichever is more, and at most one a Window more
+// than ProbeRatio of what it sends: a client as quiet before the down as
+// after it probes as before (the accepts, not the failures that marked
+// the target down; the time since its last request, up to a Window: a
+// review found a client at one request per 20 s probing with each).
+// t.mu is held.
 func (t *Throttle) creditFloor(el int64) float64 {
-	req, _ := t.sum(el)
+	_, acc := t.sum(el)
 	w := float64(t.cfg.Window)
-	return min(t.cfg.ProbeRatio*float64(req)/w, 1/w)
+	return min(t.cfg.ProbeRatio*float64(acc)/w, 1/w)
 }
 
 // failingRun reports whether a run of failures stops retries: retryRun

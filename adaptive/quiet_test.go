@@ -320,6 +320,9 @@ func TestProbeCreditFollowsRateBeforeDown(t *testing.T) {
 	}{
 		{"busy before, rare since", 5 * ms, 125 * ms, time.Second},
 		{"quiet before and since", time.Second, time.Second, 20 * time.Second},
+		// Rarer since than a Window: still every 20 requests (a review
+		// found every request probing at one per 20 s).
+		{"quiet before, rarer since", time.Second, 20 * time.Second, 400 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			th, clk := newTest(t, Config{})
@@ -352,5 +355,39 @@ func TestProbeCreditFollowsRateBeforeDown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A request that asks again (AllowAgain: a caller held for the target,
+// when the next probe may go) brings no probe credit a second time: the
+// probes stay at ProbeRatio of the requests. A review found each held
+// request counted twice, 0.10 probes per request at 50 requests/s.
+func TestAllowAgainAddsNoCredit(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	th.Connectivity(false)
+	clk.Advance(time.Second)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("not down")
+	}
+	const n = 2000
+	probes := 0
+	for range n { // 50 requests/s, each asking twice
+		clk.Advance(20 * ms)
+		p, err := th.AllowFor(false, "/svc/M")
+		if err != nil {
+			p, err = th.AllowAgain("/svc/M")
+		}
+		if err == nil {
+			probes++
+			p.Done(Overload)
+		}
+	}
+	if got := float64(probes) / n; got < 0.045 || got > 0.055 {
+		t.Errorf("%d probes in %d requests (%.3f), want ProbeRatio's 0.05", probes, n, got)
+	}
+	if s := th.Stats(); s.Refused+s.Probes != n {
+		t.Errorf("refused %d + probes %d, want the %d requests, each counted once", s.Refused, s.Probes, n)
 	}
 }

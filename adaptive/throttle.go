@@ -351,7 +351,7 @@ func (t *Throttle) AllowFor(retry bool, kind string) (Permit, error) {
 	el := t.elapsed()
 	t.mu.Lock()
 	if t.down {
-		return t.allowDown(el, u, retry, false, kind)
+		return t.allowDown(el, u, retry, false, false, kind)
 	}
 	t.publish(el)
 	p := t.p
@@ -451,28 +451,52 @@ func (t *Throttle) AllowTrial() (Permit, error) {
 		t.mu.Unlock()
 		return t.Allow(false)
 	}
-	return t.allowDown(el, u, false, true, "")
+	return t.allowDown(el, u, false, true, false, "")
+}
+
+// AllowAgain is AllowFor(false, kind) for a request refused because the
+// target is down, asking again (a caller held for the target, when the
+// next probe may go: see ProbeIn): it may become that probe, but brings
+// no probe credit of its own a second time, and is not counted refused
+// again. For a target that is up it is AllowFor.
+func (t *Throttle) AllowAgain(kind string) (Permit, error) {
+	if w := t.word.Load(); w&1 == 1 {
+		return t.AllowFor(false, kind)
+	}
+	u := t.draw()
+	el := t.elapsed()
+	t.mu.Lock()
+	if !t.down {
+		t.mu.Unlock()
+		return t.AllowFor(false, kind)
+	}
+	return t.allowDown(el, u, false, false, true, kind)
 }
 
 // allowDown is AllowFor for a down target; trial waives the probe
-// credit (see AllowTrial). t.mu is held; it unlocks.
-func (t *Throttle) allowDown(el int64, u float64, retry, trial bool, kind string) (Permit, error) {
+// credit (see AllowTrial), again asks for a request that asked before
+// (see AllowAgain). t.mu is held; it unlocks.
+func (t *Throttle) allowDown(el int64, u float64, retry, trial, again bool, kind string) (Permit, error) {
 	if retry {
 		t.stats.RetriesRefused++
 		t.mu.Unlock()
 		return Permit{}, ErrDown
 	}
-	if kind != t.missKind {
-		t.otherKind = true
+	if !again {
+		if kind != t.missKind {
+			t.otherKind = true
+		}
+		add := t.cfg.ProbeRatio
+		if gap := el - t.lastAsk; gap > 0 {
+			add = max(add, float64(min(gap, int64(t.cfg.Window)))*t.floorRate)
+			t.lastAsk = el
+		}
+		t.credit = min(t.credit+add, 1)
 	}
-	add := t.cfg.ProbeRatio
-	if gap := el - t.lastAsk; gap > 0 {
-		add = max(add, float64(gap)*t.floorRate)
-		t.lastAsk = el
-	}
-	t.credit = min(t.credit+add, 1)
 	if (!trial && t.credit < t.probeNeed()-1e-9) || el < t.nextProbe || t.preferOther(kind) {
-		t.stats.Refused++
+		if !again {
+			t.stats.Refused++
+		}
 		t.mu.Unlock()
 		return Permit{}, ErrDown
 	}

@@ -145,8 +145,14 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	}
 	// Held: the target may be back; a trial refused for the probe
 	// interval alone asks again anyway (the interval has likely passed).
+	again := func() (adaptive.Permit, error) {
+		if trial {
+			return t.AllowTrial()
+		}
+		return t.AllowAgain(c.method)
+	}
 	if errors.Is(err, adaptive.ErrDown) && !retry {
-		if hp, herr, asked := c.holdDown(t, ask); asked {
+		if hp, herr, asked := c.holdDown(t, ask, again); asked {
 			p, err = hp, herr
 		} else if trial && c.ctx.Err() == nil {
 			p, err = ask()
@@ -235,7 +241,7 @@ func (g *throttleGuard) answered(_ *call, a *attempt) {
 // above before their deadline, which is the same: held until it, every
 // tier of the chain would fail with DEADLINE_EXCEEDED, and a caller with
 // a deadline shorter than the hold would read a dead target as a slow one.
-func (c *call) holdDown(t *adaptive.Throttle, ask func() (adaptive.Permit, error)) (p adaptive.Permit, err error, asked bool) {
+func (c *call) holdDown(t *adaptive.Throttle, ask, again func() (adaptive.Permit, error)) (p adaptive.Permit, err error, asked bool) {
 	d := t.Hold()
 	if dl, ok := c.ctx.Deadline(); ok {
 		left := time.Until(dl)
@@ -244,31 +250,38 @@ func (c *call) holdDown(t *adaptive.Throttle, ask func() (adaptive.Permit, error
 	if d <= 0 {
 		return p, nil, false
 	}
+	back := t.Back()
 	if due := t.ProbeIn(); due < d {
-		// Until the next probe may go, then ask once: a caller of a
-		// fixed number, all of whose requests are held, sends nothing
-		// else, and no probe would go until the holds end (a user's
-		// trial: 32 callers of an aggregator whose optional dependency
-		// was killed, held 250 ms each, in step). Allowed, it goes,
-		// maybe as that probe; refused, it waits for the probe's answer.
-		back := t.Back()
+		// Until the next probe may go, then ask again (with no probe
+		// credit of its own a second time): a caller of a fixed number,
+		// all of whose requests are held, sends nothing else, and no
+		// probe would go until the holds end (a user's trial: 32 callers
+		// of an aggregator whose optional dependency was killed, held
+		// 250 ms each, in step). Allowed, it goes as that probe; refused,
+		// it waits for the probe's answer. A target revived by its
+		// connection alone is not asked: the callers held meanwhile wait
+		// for an answer, as Back says, not for the same instant.
 		if c.cfg.hold(c.ctx, due, back) != nil {
 			return p, nil, false
 		}
 		if c.conn != nil {
 			reportConn(t, c.conn)
 		}
-		if isClosed(back) && t.Down() {
-			return p, nil, false // a probe failed meanwhile
-		}
-		if p, err = ask(); !errors.Is(err, adaptive.ErrDown) {
+		if isClosed(back) {
+			if t.Down() {
+				return p, nil, false // a probe failed meanwhile
+			}
+			p, err = ask() // the target answered
 			return p, err, true
 		}
-		if d -= due; d <= 0 {
-			return p, err, true
+		if t.Down() {
+			if p, err = again(); !errors.Is(err, adaptive.ErrDown) {
+				return p, err, true
+			}
 		}
+		d -= due
 	}
-	if c.cfg.hold(c.ctx, d, t.Back()) != nil {
+	if d > 0 && c.cfg.hold(c.ctx, d, back) != nil {
 		return p, nil, false
 	}
 	if c.conn != nil {

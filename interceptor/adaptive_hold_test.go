@@ -287,3 +287,32 @@ func TestHeldCallProbes(t *testing.T) {
 		t.Errorf("probes: %d, want 1", s.Probes)
 	}
 }
+
+// A target revived by its connection alone while a call is held (a
+// health trial makes every client's channel ready at once) does not send
+// the call when the next probe would have been due: it waits for an
+// answer, or the end of its hold, as before (a review: the callers held
+// in one probe interval all went at the same instant, the herd that Back
+// keeps them from).
+func TestHeldCallWaitsForAnswerAfterRevival(t *testing.T) {
+	var holds []time.Duration
+	var th *adaptive.Throttle
+	i, _, inv, thr, _ := downTargetClock(t, time.Second, withHold(func(_ context.Context, d time.Duration, _ <-chan struct{}) error {
+		holds = append(holds, d)
+		if len(holds) == 1 {
+			th.Connectivity(false) // the channel broke, and is ready again
+			th.Connectivity(true)
+		}
+		return nil
+	}))
+	th = thr
+	if err := i.UnaryClient()(ctxTimeout(t, 10*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke); err != nil {
+		t.Fatalf("call after its hold, target up: %v", err)
+	}
+	if want := []time.Duration{50 * time.Millisecond, 950 * time.Millisecond}; !slices.Equal(holds, want) {
+		t.Errorf("holds %v, want %v: sent at the end of the hold, not when the probe was due", holds, want)
+	}
+	if len(inv.seen) != 1 {
+		t.Errorf("attempts: %d, want 1", len(inv.seen))
+	}
+}
