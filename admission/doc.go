@@ -39,7 +39,13 @@
 // 69-94 % served against 79-100 %): the rule cannot tell it from the
 // start of a long one, whose queue the latency target is there to bound;
 // two pauses of the whole process of a second each
-// during one overload raise the base to about what they took; and after
+// during one overload raise the base to about what they took; a server
+// whose slow requests wait on a dependency that queues, next to fast
+// ones (cache hits), lets more in while its fast requests stay fast, and
+// its callers' deadlines end its suspect phases calm (a review's
+// simulation: a database of 8 connections at 1.75x, p99 of what was
+// served 0.75-1.6 s where it was 64-218 ms, as many served; see roomFor
+// in suspect.go); and after
 // a hang below a server whose latency spreads, the requests admitted in
 // the hang's last part (nothing completing, the overload rule admits)
 // stay in flight until their callers' deadlines, and the rule counts
