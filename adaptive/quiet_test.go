@@ -363,14 +363,7 @@ func TestProbeCreditFollowsRateBeforeDown(t *testing.T) {
 // probes stay at ProbeRatio of the requests. A review found each held
 // request counted twice, 0.10 probes per request at 50 requests/s.
 func TestAllowAgainAddsNoCredit(t *testing.T) {
-	th, clk := newTest(t, Config{})
-	attempt(th, false, Accept)
-	th.Connectivity(false)
-	clk.Advance(time.Second)
-	attempt(th, false, Overload)
-	if !th.Down() {
-		t.Fatal("not down")
-	}
+	th, clk := downBroken(t, Config{})
 	const n = 2000
 	probes := 0
 	for range n { // 50 requests/s, each asking twice

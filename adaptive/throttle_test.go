@@ -33,6 +33,22 @@ func newTest(t *testing.T, cfg Config) (*Throttle, *clock.Fake) {
 	return th, clk
 }
 
+// downBroken returns a throttle with cfg that accepted an attempt and,
+// a second later, with its connection seen broken, failed one: down,
+// each probe needing a whole credit.
+func downBroken(t *testing.T, cfg Config) (*Throttle, *clock.Fake) {
+	t.Helper()
+	th, clk := newTest(t, cfg)
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	th.Connectivity(false)
+	attempt(th, false, Overload)
+	if !th.Down() {
+		t.Fatal("setup: not down")
+	}
+	return th, clk
+}
+
 // attempt makes one attempt with outcome o and reports whether it was
 // allowed.
 func attempt(th *Throttle, retry bool, o Outcome) bool {
@@ -769,14 +785,7 @@ func TestBack(t *testing.T) {
 // dependency was killed answered every request 250 ms late (the hold),
 // where retries off answered in 20 ms.
 func TestFailedProbeEndsHold(t *testing.T) {
-	th, clk := newTest(t, Config{})
-	attempt(th, false, Accept)
-	clk.Advance(time.Second)
-	th.Connectivity(false)
-	attempt(th, false, Overload)
-	if !th.Down() {
-		t.Fatal("not down")
-	}
+	th, clk := downBroken(t, Config{})
 	back := th.Back()
 	var probe Permit
 	for range 1000 {
@@ -1444,14 +1453,7 @@ func TestStragglersDoNotFlap(t *testing.T) {
 func TestProbesGoToOtherKinds(t *testing.T) {
 	// Every request has the credit: the first to ask after the gap
 	// (50 ms) may probe, and pricing asks first.
-	th, clk := newTest(t, Config{ProbeRatio: 1})
-	attempt(th, false, Accept)
-	th.Connectivity(false)
-	clk.Advance(time.Second)
-	attempt(th, false, Overload)
-	if !th.Down() {
-		t.Fatal("not down")
-	}
+	th, clk := downBroken(t, Config{ProbeRatio: 1})
 	ask := func(kind string, o Outcome) (probed bool) {
 		p, err := th.AllowFor(false, kind)
 		if err != nil {
@@ -1480,11 +1482,7 @@ func TestProbesGoToOtherKinds(t *testing.T) {
 	}
 
 	// One kind alone: each probe goes to it.
-	th, clk = newTest(t, Config{ProbeRatio: 1, ProbeInterval: 10 * ms})
-	attempt(th, false, Accept)
-	th.Connectivity(false)
-	clk.Advance(time.Second)
-	attempt(th, false, Overload)
+	th, clk = downBroken(t, Config{ProbeRatio: 1, ProbeInterval: 10 * ms})
 	probes := 0
 	for range 10 {
 		clk.Advance(10 * ms)
