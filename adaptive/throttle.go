@@ -552,7 +552,8 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 	}
 	el := t.elapsed()
 	t.mu.Lock()
-	n, from := int64(1), el // overload failures, the first at from
+	n, from := int64(1), el  // overload failures, the first at from
+	answered := o != Silence // an answer, not a deadline that ran out
 	if o == Silence {
 		if !t.accepted || el-at < t.typical() {
 			// The deadline ran out before the target would have
@@ -616,10 +617,14 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 		if t.down && probe && gen == t.gen {
 			// A probe failed: the target is still down, and the callers
 			// held for its answer (Back) fail now rather than at the end
-			// of their hold. The next probe goes to another kind of
-			// request, if one asks (see AllowFor).
+			// of their hold; not for a probe whose deadline ran out,
+			// which says what the target did when it went, maybe long
+			// before (a hang that ended meanwhile: the callers held
+			// since failed in the first 250 ms after it, where they had
+			// waited for a later probe's answer). The next probe goes to
+			// another kind of request, if one asks (see AllowFor).
 			t.missKind = t.probeKind
-			if t.back != nil {
+			if t.back != nil && answered {
 				close(t.back)
 				t.back = nil
 			}

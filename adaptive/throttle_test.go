@@ -1515,3 +1515,47 @@ func TestColdSilenceIsNoEvidence(t *testing.T) {
 		t.Errorf("down after silences from a cold start: %+v", s)
 	}
 }
+
+// A probe whose deadline ran out (a hang) does not end the holds: it
+// says what the target did when it went, maybe a second before, and a
+// hang that ended meanwhile would fail the callers held since. The
+// bufconn scenario hang-after-healthy: 82.67 % in the first 250 ms after
+// the hang ended, 100 % before 164f4a3 ended holds on failed probes.
+func TestSilentProbeKeepsHold(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for range 20 { // accepted in 2 ms: silences past 4 ms say something
+		p, _ := th.Allow(false)
+		clk.Advance(2 * ms)
+		p.Done(Accept)
+	}
+	var open []Permit
+	for !th.Down() {
+		p, err := th.Allow(false)
+		if err != nil {
+			t.Fatalf("refused before down: %v", err)
+		}
+		open = append(open, p)
+		clk.Advance(10 * ms)
+		open[0].Done(Silence)
+		open = open[1:]
+	}
+	var probe Permit
+	for range 1000 {
+		clk.Advance(ms)
+		if p, err := th.Allow(false); err == nil {
+			probe = p
+			break
+		}
+	}
+	if !probe.Probe() {
+		t.Fatal("no probe")
+	}
+	back := th.Back()
+	clk.Advance(time.Second)
+	probe.Done(Silence)
+	select {
+	case <-back:
+		t.Fatal("Back closed by a probe's silence")
+	default:
+	}
+}
