@@ -80,10 +80,11 @@ func TestHoldUntilBack(t *testing.T) {
 	}
 }
 
-// A held call learns what the next probe learns: a probe that fails
-// while it waits ends its hold with the refusal, at once, not at the end
-// of the hold (a user's trial: a killed optional branch of a fan-out made
-// every request of an aggregator wait the whole 250 ms).
+// A held call learns what the next probe learns: a probe that fails on
+// a broken connection while it waits ends its hold with the refusal, at
+// once, not at the end of the hold (a user's trial: a killed optional
+// branch of a fan-out made every request of an aggregator wait the
+// whole 250 ms).
 func TestHoldEndsOnFailedProbe(t *testing.T) {
 	parked := make(chan struct{})
 	var ended string // written before the call returns
@@ -114,6 +115,7 @@ func TestHoldEndsOnFailedProbe(t *testing.T) {
 	if !probe.Probe() {
 		t.Fatal("no probe in a second of requests")
 	}
+	th.Connectivity(false) // the process is gone: its connection broke
 	probe.Done(adaptive.Overload)
 	err := <-done
 	if ended != "back closed" {
