@@ -44,7 +44,7 @@
 // ones (cache hits), lets more in while its fast requests stay fast, and
 // its callers' deadlines end its suspect phases calm (a review's
 // simulation: a database of 8 connections at 1.75x, p99 of what was
-// served 0.75-1.6 s where it was 64-218 ms, as many served; see roomFor
+// served 0.6-0.76 s where it was 64-218 ms, as many served; see roomFor
 // in suspect.go); and after
 // a hang below a server whose latency spreads, the requests admitted in
 // the hang's last part (nothing completing, the overload rule admits)

@@ -343,23 +343,17 @@ type Limiter struct {
 	suspSum     atomic.Int64
 	suspN       atomic.Int64
 	roomSeen    atomic.Bool
-	// slowSum and slowN sum what the requests admitted since the server
-	// became suspect and served in more than the base took; grew holds
-	// them at the cap's first growth by roomFor and at its last (see
-	// roomFor; guarded by mu).
-	slowSum, slowN atomic.Int64
-	grew           [2][2]int64
-	perDone        atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
-	threshold      [numClasses]atomic.Int64      // nanoseconds: base + Target x share
-	baseNow        atomic.Int64                  // nanoseconds: the base the thresholds use
-	lastMean       atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
-	hold           atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
-	least          atomic.Int64                  // the least Measured latency of the window; 0: none
-	judging        atomic.Pointer[judgement]     // followService's judgement; never nil
-	waitingN       atomic.Int64                  // requests in the queue or about to enter it
-	rejected       [numReasons]atomic.Int64
-	mdl            model // checkModel's samples
-	cold           coldStart
+	perDone     atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
+	threshold   [numClasses]atomic.Int64      // nanoseconds: base + Target x share
+	baseNow     atomic.Int64                  // nanoseconds: the base the thresholds use
+	lastMean    atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
+	hold        atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
+	least       atomic.Int64                  // the least Measured latency of the window; 0: none
+	judging     atomic.Pointer[judgement]     // followService's judgement; never nil
+	waitingN    atomic.Int64                  // requests in the queue or about to enter it
+	rejected    [numReasons]atomic.Int64
+	mdl         model // checkModel's samples
+	cold        coldStart
 
 	trialAt atomic.Int64 // when the last trial went in (see trialDue); nanoseconds since origin
 
@@ -827,9 +821,6 @@ func (p Permit) Release(o Outcome) {
 				l.suspN.Add(1)
 				if rtt <= l.baseNow.Load() {
 					l.roomSeen.Store(true)
-				} else {
-					l.slowSum.Add(rtt)
-					l.slowN.Add(1)
 				}
 			}
 			if j := l.judging.Load(); p.start >= j.from {
