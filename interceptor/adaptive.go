@@ -227,11 +227,11 @@ func (g *throttleGuard) answered(_ *call, a *attempt) {
 
 // holdDown holds a first attempt refused because its target is down, up
 // to adaptive.Config.Hold and within the caller's deadline, until the
-// target is back or a probe failed (see adaptive.Config.Hold), asking
-// once more when the next probe may go; it returns what the throttle
-// answered the last time it asked, and asked false if it did not ask (a
-// probe failed, the hold ended with the target down, or the caller
-// left). A caller
+// target is back, or a probe failed on a broken connection (see
+// adaptive.Config.Hold), asking once more when the next probe may go; it
+// returns what the throttle answered the last time it asked, and asked
+// false if it did not ask (Back closed with the target down, the hold
+// ended with the target down, or the caller left). A caller
 // at a fixed concurrency so waits instead of spinning on refusals, and
 // after the outage its request goes out instead of failing before the
 // first probe or health trial.
@@ -257,10 +257,12 @@ func (c *call) holdDown(t *adaptive.Throttle, ask, again func() (adaptive.Permit
 		// all of whose requests are held, sends nothing else, and no
 		// probe would go until the holds end (a user's trial: 32 callers
 		// of an aggregator whose optional dependency was killed, held
-		// 250 ms each, in step). Allowed, it goes as that probe; refused,
-		// it waits for the probe's answer. A target revived by its
-		// connection alone is not asked: the callers held meanwhile wait
-		// for an answer, as Back says, not for the same instant.
+		// 250 ms each, in step). Allowed, it goes as that probe;
+		// refused, it waits on for an answer, or, if the process is
+		// gone, for the probe's failure, or for the end of its hold. A
+		// target revived by its connection alone is not asked: the
+		// callers held meanwhile wait for an answer, as Back says, not
+		// for the same instant.
 		if c.cfg.hold(c.ctx, due, back) != nil {
 			return p, nil, false
 		}
@@ -269,7 +271,9 @@ func (c *call) holdDown(t *adaptive.Throttle, ask, again func() (adaptive.Permit
 		}
 		if isClosed(back) {
 			if t.Down() {
-				return p, nil, false // a probe failed meanwhile
+				// A probe failed on a broken connection, or an answer
+				// came and the target went down again.
+				return p, nil, false
 			}
 			p, err = ask() // the target answered
 			return p, err, true
