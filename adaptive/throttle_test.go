@@ -49,6 +49,23 @@ func downBroken(t *testing.T, cfg Config) (*Throttle, *clock.Fake) {
 	return th, clk
 }
 
+// nextProbe sends a request every millisecond, up to a thousand, to a
+// down target, and returns the first that is allowed: a probe.
+func nextProbe(t *testing.T, th *Throttle, clk *clock.Fake) Permit {
+	t.Helper()
+	for range 1000 {
+		clk.Advance(ms)
+		if p, err := th.Allow(false); err == nil {
+			if !p.Probe() {
+				t.Fatal("allowed while down, not as a probe")
+			}
+			return p
+		}
+	}
+	t.Fatal("no probe in 1000 requests at 1 per ms")
+	return Permit{}
+}
+
 // attempt makes one attempt with outcome o and reports whether it was
 // allowed.
 func attempt(th *Throttle, retry bool, o Outcome) bool {
@@ -787,17 +804,7 @@ func TestBack(t *testing.T) {
 func TestFailedProbeEndsHold(t *testing.T) {
 	th, clk := downBroken(t, Config{})
 	back := th.Back()
-	var probe Permit
-	for range 1000 {
-		clk.Advance(ms)
-		if p, err := th.Allow(false); err == nil {
-			probe = p
-			break
-		}
-	}
-	if !probe.Probe() {
-		t.Fatal("no probe in 1000 requests at 1 per ms")
-	}
+	probe := nextProbe(t, th, clk)
 	select {
 	case <-back:
 		t.Fatal("Back closed before the probe's answer")
@@ -1539,17 +1546,7 @@ func TestSilentProbeKeepsHold(t *testing.T) {
 		open[0].Done(Silence)
 		open = open[1:]
 	}
-	var probe Permit
-	for range 1000 {
-		clk.Advance(ms)
-		if p, err := th.Allow(false); err == nil {
-			probe = p
-			break
-		}
-	}
-	if !probe.Probe() {
-		t.Fatal("no probe")
-	}
+	probe := nextProbe(t, th, clk)
 	back := th.Back()
 	clk.Advance(time.Second)
 	probe.Done(Silence)
@@ -1573,17 +1570,7 @@ func TestAnsweredProbeFailureKeepsHoldOnReadyConnection(t *testing.T) {
 		clk.Advance(10 * ms)
 		attempt(th, false, Overload)
 	}
-	var probe Permit
-	for range 1000 {
-		clk.Advance(ms)
-		if p, err := th.Allow(false); err == nil {
-			probe = p
-			break
-		}
-	}
-	if !probe.Probe() {
-		t.Fatal("no probe")
-	}
+	probe := nextProbe(t, th, clk)
 	back := th.Back()
 	probe.Done(Overload)
 	select {
