@@ -460,9 +460,6 @@ func (t *Throttle) AllowTrial() (Permit, error) {
 // no probe credit of its own a second time, and is not counted refused
 // again. For a target that is up it is AllowFor.
 func (t *Throttle) AllowAgain(kind string) (Permit, error) {
-	if w := t.word.Load(); w&1 == 1 {
-		return t.AllowFor(false, kind)
-	}
 	u := t.draw()
 	el := t.elapsed()
 	t.mu.Lock()

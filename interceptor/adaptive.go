@@ -145,13 +145,13 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	}
 	// Held: the target may be back; a trial refused for the probe
 	// interval alone asks again anyway (the interval has likely passed).
-	again := func() (adaptive.Permit, error) {
-		if trial {
-			return t.AllowTrial()
-		}
-		return t.AllowAgain(c.method)
-	}
 	if errors.Is(err, adaptive.ErrDown) && !retry {
+		again := func() (adaptive.Permit, error) {
+			if trial {
+				return t.AllowTrial()
+			}
+			return t.AllowAgain(c.method)
+		}
 		if hp, herr, asked := c.holdDown(t, ask, again); asked {
 			p, err = hp, herr
 		} else if trial && c.ctx.Err() == nil {

@@ -107,12 +107,11 @@ type hedgeCall struct {
 	tick      chan struct{}
 	tickStop  stopper
 	// waited is the wait before the hedge due: the hedge delay, or a
-	// pushback (for EventHedgeSent).
+	// pushback (for EventHedgeSent, and EventHedgeRefused for ruled).
 	waited time.Duration
 	// ruled: why the rules gave the lead no timer (see startLead), 0 if
-	// they did not; reported if the lead outlasted its delay, ruledAfter.
-	ruled      StopReason
-	ruledAfter time.Duration
+	// they did not; reported if the lead outlasted its delay, waited.
+	ruled StopReason
 }
 
 // hedgeVerdict is what the coordinator hands the caller's goroutine: the
@@ -212,7 +211,7 @@ func (h *hedgeCall) leadAttempt() (time.Duration, error) {
 	returned = true
 	if h.endLead() {
 		o := h.judge(t)
-		if h.ruled != 0 && t.took >= h.ruledAfter {
+		if h.ruled != 0 && t.took >= h.waited {
 			// The hedge the lead's wait made due, which the rules
 			// refused as it started (no timer, no coordinator).
 			c.observe(Event{Kind: EventHedgeRefused, Attempt: c.attempt, Reason: h.ruled})
@@ -244,10 +243,10 @@ func (h *hedgeCall) startLead() {
 	// A lead that cannot be hedged (the rules say no now) needs neither a
 	// timer nor a context of its own to cancel: no coordinator will run.
 	hedgeable := h.hedgeDue()
-	h.ruled = 0
+	h.ruled, h.waited = 0, delay
 	if hedgeable {
 		if h.ruled = h.rules(t.start, true); h.ruled != 0 {
-			hedgeable, h.ruledAfter = false, delay
+			hedgeable = false
 		}
 	}
 	t.ctx, t.stop = actx, noCancel
@@ -258,7 +257,6 @@ func (h *hedgeCall) startLead() {
 	t.hopt.HeaderAddr, t.topt.TrailerAddr = &t.header, &t.trailer
 	h.leadOpts = append(append(h.optsBuf[:0], h.userOpts...), &t.hopt, &t.topt)
 	if hedgeable {
-		h.waited = delay
 		h.timer = h.startTimer(delay, gen)
 	}
 }
