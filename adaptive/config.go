@@ -77,16 +77,18 @@ type Config struct {
 	// the caller's deadline (ending an eighth of the time left before it,
 	// at least 2 ms, so that the refusal reaches the callers above in
 	// time), and sends it if the target is back meanwhile; a probe that
-	// fails on a broken connection (a process gone) meanwhile ends the
-	// hold with the refusal. A
-	// caller at a fixed concurrency (a load test, a worker pool) would
-	// otherwise spin on refusals of microseconds, thousands a second per
-	// caller, and once the target is back fail a burst of requests
-	// before the first probe or health trial says so. The price: a
-	// caller of a target that stays down gets its error after Hold, or,
-	// if its process is gone, when the next probe fails (ProbeInterval
-	// apart at high rates), not at once. Zero means DefaultHold (250 ms, more than a health trial's
-	// 200 ms); negative means no hold. Valid: up to Window.
+	// fails meanwhile (answered with an error, or on a broken
+	// connection; not one whose deadline ran out) ends the hold with the
+	// refusal. So a held caller learns what the next probe learns: a
+	// caller at a fixed concurrency (a load test, a worker pool) waits
+	// for it instead of spinning on refusals of microseconds, thousands a
+	// second per caller, and once the target is back its request goes out
+	// on the probe's answer instead of failing before it. The price: a
+	// caller of a target that stays down gets its error when the next
+	// probe fails (ProbeInterval apart at high rates: 25-75 ms), or after
+	// Hold if no probe goes meanwhile (a quiet client's), not at once.
+	// Zero means DefaultHold (250 ms, more than a health trial's 200 ms);
+	// negative means no hold. Valid: up to Window.
 	Hold time.Duration
 
 	// OnDown, if not nil, is called with true when the target is marked

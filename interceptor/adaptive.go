@@ -38,12 +38,14 @@ import (
 // Every other answer is an accept.
 //
 // A first attempt refused because its target is down is held, up to
-// adaptive.Config.Hold (250 ms) and within the caller's deadline, until
-// the target is back (a probe answered, its channel ready again), and
-// then sent: a caller at a fixed concurrency waits instead of spinning on
-// refusals of microseconds, and after an outage its requests go out
-// instead of failing until the first probe or health trial. A caller of
-// a target that stays down gets its error after the hold.
+// adaptive.Config.Hold (250 ms) and within the caller's deadline, for
+// the answer to the next probe: sent if the target is back (a probe
+// answered, its channel ready again), refused if the probe failed. A
+// caller at a fixed concurrency waits instead of spinning on refusals of
+// microseconds, and after an outage its requests go out instead of
+// failing until the first probe or health trial. A caller of a target
+// that stays down gets its error when the next probe fails (25-75 ms
+// apart at high rates), or after the hold.
 //
 // While the throttle calls the target healthy (adaptive.Throttle.Healthy:
 // up, accepting, at most this one failure since its last accept), the
@@ -227,8 +229,8 @@ func (g *throttleGuard) answered(_ *call, a *attempt) {
 
 // holdDown holds a first attempt refused because its target is down, up
 // to adaptive.Config.Hold and within the caller's deadline, until the
-// target is back, or a probe failed on a broken connection (see
-// adaptive.Config.Hold), asking once more when the next probe may go; it
+// target is back, or a probe failed (see adaptive.Config.Hold), asking
+// once more when the next probe may go; it
 // returns what the throttle answered the last time it asked, and asked
 // false if it did not ask (Back closed with the target down, the hold
 // ended with the target down, or the caller left). A caller
@@ -258,8 +260,8 @@ func (c *call) holdDown(t *adaptive.Throttle, ask, again func() (adaptive.Permit
 		// probe would go until the holds end (a user's trial: 32 callers
 		// of an aggregator whose optional dependency was killed, held
 		// 250 ms each, in step). Allowed, it goes as that probe;
-		// refused, it waits on for an answer, or, if the process is
-		// gone, for the probe's failure, or for the end of its hold. A
+		// refused, it waits on for the probe's answer, or for the end
+		// of its hold. A
 		// target revived by its connection alone is not asked: the
 		// callers held meanwhile wait for an answer, as Back says, not
 		// for the same instant.
@@ -271,8 +273,8 @@ func (c *call) holdDown(t *adaptive.Throttle, ask, again func() (adaptive.Permit
 		}
 		if isClosed(back) {
 			if t.Down() {
-				// A probe failed on a broken connection, or an answer
-				// came and the target went down again.
+				// A probe failed, or an answer came and the target
+				// went down again.
 				return p, nil, false
 			}
 			p, err = ask() // the target answered

@@ -80,52 +80,58 @@ func TestHoldUntilBack(t *testing.T) {
 	}
 }
 
-// A held call learns what the next probe learns: a probe that fails on
-// a broken connection while it waits ends its hold with the refusal, at
-// once, not at the end of the hold (a user's trial: a killed optional
-// branch of a fan-out made every request of an aggregator wait the
-// whole 250 ms).
+// A held call learns what the next probe learns: a probe that fails
+// while it waits ends its hold with the refusal, at once, not at the end
+// of the hold, whether the target's process is gone (its connection
+// broke) or alive and failing (a user's trial: an optional branch of a
+// fan-out, killed or failing everything, made every request of an
+// aggregator wait the whole 250 ms).
 func TestHoldEndsOnFailedProbe(t *testing.T) {
-	parked := make(chan struct{})
-	var ended string // written before the call returns
-	i, _, inv, th, clk := downTargetClock(t, time.Second, withHold(func(ctx context.Context, _ time.Duration, back <-chan struct{}) error {
-		close(parked)
-		select { // no timer: only the probe's answer ends the hold
-		case <-back:
-			ended = "back closed"
-			return nil
-		case <-ctx.Done():
-			ended = "deadline"
-			return ctx.Err()
-		}
-	}))
-	done := make(chan error, 1)
-	go func() {
-		done <- i.UnaryClient()(ctxTimeout(t, 2*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke)
-	}()
-	<-parked
-	var probe adaptive.Permit
-	for range 1000 {
-		clk.Advance(time.Millisecond)
-		if p, err := th.Allow(false); err == nil {
-			probe = p
-			break
-		}
-	}
-	if !probe.Probe() {
-		t.Fatal("no probe in a second of requests")
-	}
-	th.Connectivity(false) // the process is gone: its connection broke
-	probe.Done(adaptive.Overload)
-	err := <-done
-	if ended != "back closed" {
-		t.Fatalf("hold ended by %s, want by the failed probe", ended)
-	}
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("held call when the probe failed: %v, want UNAVAILABLE (refused)", err)
-	}
-	if len(inv.seen) != 0 {
-		t.Fatalf("attempts sent: %d, want 0", len(inv.seen))
+	for _, broken := range []bool{true, false} {
+		name := map[bool]string{true: "connection broken", false: "connection ready"}[broken]
+		t.Run(name, func(t *testing.T) {
+			parked := make(chan struct{})
+			var ended string // written before the call returns
+			i, _, inv, th, clk := downTargetClock(t, time.Second, withHold(func(ctx context.Context, _ time.Duration, back <-chan struct{}) error {
+				close(parked)
+				select { // no timer: only the probe's answer ends the hold
+				case <-back:
+					ended = "back closed"
+					return nil
+				case <-ctx.Done():
+					ended = "deadline"
+					return ctx.Err()
+				}
+			}))
+			done := make(chan error, 1)
+			go func() {
+				done <- i.UnaryClient()(ctxTimeout(t, 2*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke)
+			}()
+			<-parked
+			var probe adaptive.Permit
+			for range 1000 {
+				clk.Advance(time.Millisecond)
+				if p, err := th.Allow(false); err == nil {
+					probe = p
+					break
+				}
+			}
+			if !probe.Probe() {
+				t.Fatal("no probe in a second of requests")
+			}
+			th.Connectivity(!broken)
+			probe.Done(adaptive.Overload)
+			err := <-done
+			if ended != "back closed" {
+				t.Fatalf("hold ended by %s, want by the failed probe", ended)
+			}
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("held call when the probe failed: %v, want UNAVAILABLE (refused)", err)
+			}
+			if len(inv.seen) != 0 {
+				t.Fatalf("attempts sent: %d, want 0", len(inv.seen))
+			}
+		})
 	}
 }
 
