@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -322,5 +323,45 @@ func TestHeldCallWaitsForAnswerAfterRevival(t *testing.T) {
 	}
 	if len(inv.seen) != 1 {
 		t.Errorf("attempts: %d, want 1", len(inv.seen))
+	}
+}
+
+// WithoutHold, per call or for the interceptor, refuses a call to a down
+// target at once, without the hold; the calls that do not say it are
+// held as before (a user's trial: an optional branch of a fan-out, held
+// for the next probe's answer, added 20-45 ms to every request of the
+// aggregator while it failed everything).
+func TestWithoutHold(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		atNew, perCall bool
+	}{
+		{name: "per call", perCall: true},
+		{name: "at New", atNew: true},
+		{name: "neither"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			held := 0
+			opts := []Option{withHold(func(context.Context, time.Duration, <-chan struct{}) error {
+				held++
+				return nil // the hold ran out: the target is still down
+			})}
+			if tc.atNew {
+				opts = append(opts, WithoutHold())
+			}
+			i, _, inv := downTarget(t, 0, opts...)
+			var callOpts []grpc.CallOption
+			if tc.perCall {
+				callOpts = append(callOpts, WithoutHold())
+			}
+			err := i.UnaryClient()(ctxTimeout(t, 10*time.Second), "/svc/M", nil, nil, newCC(t), inv.invoke, callOpts...)
+			var se *Error
+			if !errors.As(err, &se) || se.Reason != StopThrottled || len(inv.seen) != 0 {
+				t.Fatalf("got %v after %d attempts, want refused by the throttle without an attempt", err, len(inv.seen))
+			}
+			if want := tc.atNew || tc.perCall; want != (held == 0) {
+				t.Fatalf("held %d times, want held: %v", held, !want)
+			}
+		})
 	}
 }

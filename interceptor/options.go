@@ -34,8 +34,8 @@ var ErrInvalidOption = errors.New("stormguard: invalid option")
 // server interceptors; each option says which side reads it. An Option is
 // also a grpc.CallOption, so the options documented as "usable per call"
 // (WithMaxAttempts, WithCodes, WithBackoff, WithPerAttemptTimeout,
-// WithTierPolicy, WithTierPolicyConfig, WithReplayBufferSize, and
-// WithHedging without Adaptive) can be given per call, where they
+// WithTierPolicy, WithTierPolicyConfig, WithReplayBufferSize, WithoutHold,
+// and WithHedging without Adaptive) can be given per call, where they
 // override the interceptor's for that call:
 //
 //	client.Pay(ctx, req, interceptor.WithMaxAttempts(1))
@@ -75,6 +75,7 @@ type config struct {
 	observer          Observer
 	admission         *admission.Limiter
 	health            *selfHealth
+	noHold            bool         // WithoutHold
 	hedging           *hedging     // WithHedging; nil: no hedges
 	hedgeAdaptive     hedge.Config // WithHedging at New: of delays
 	delays            *delaySet    // the adaptive hedge delays, made by New
