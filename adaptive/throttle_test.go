@@ -1583,3 +1583,55 @@ func TestAnsweredProbeFailureEndsHold(t *testing.T) {
 		t.Fatal("up after a failed probe")
 	}
 }
+
+// ProbeFailedFor tells a caller held for a down target whether the
+// probe that failed speaks for its kind of request: a probe of that kind
+// or of none, or any probe on a broken connection (a process gone fails
+// every kind); never while the target is up.
+func TestProbeFailedFor(t *testing.T) {
+	kindProbe := func(th *Throttle, clk *clock.Fake, kind string) Permit {
+		t.Helper()
+		for range 1000 {
+			clk.Advance(ms)
+			if p, err := th.AllowFor(false, kind); err == nil {
+				return p
+			}
+		}
+		t.Fatalf("no probe for %q in 1000 requests", kind)
+		return Permit{}
+	}
+	down := func() (*Throttle, *clock.Fake) {
+		th, clk := newTest(t, Config{})
+		attempt(th, false, Accept)
+		clk.Advance(time.Second)
+		for !th.Down() { // a run of failures behind a ready connection
+			clk.Advance(10 * ms)
+			attempt(th, false, Overload)
+		}
+		return th, clk
+	}
+	th, clk := down()
+	if !th.ProbeFailedFor("a") {
+		t.Error("down, no probe failed yet: want true (nothing says otherwise)")
+	}
+	kindProbe(th, clk, "a").Done(Overload)
+	if !th.ProbeFailedFor("a") || th.ProbeFailedFor("b") {
+		t.Errorf("a's probe failed: a %v, b %v; want true, false", th.ProbeFailedFor("a"), th.ProbeFailedFor("b"))
+	}
+	kindProbe(th, clk, "").Done(Overload)
+	if !th.ProbeFailedFor("b") {
+		t.Error("a probe of no kind failed: b false, want true")
+	}
+
+	th, clk = down()
+	p := kindProbe(th, clk, "a")
+	th.Connectivity(false)
+	p.Done(Overload)
+	if !th.ProbeFailedFor("b") {
+		t.Error("a's probe failed on a broken connection: b false, want true")
+	}
+	th.Revive()
+	if th.ProbeFailedFor("a") {
+		t.Error("up: ProbeFailedFor true")
+	}
+}

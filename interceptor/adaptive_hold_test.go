@@ -365,3 +365,62 @@ func TestWithoutHold(t *testing.T) {
 		})
 	}
 }
+
+// A probe of one kind of request that fails does not end the holds of
+// another kind: a failing service (pricing) next to a healthy one
+// (inventory) on one address shares the target's throttle, and AllowFor
+// gives the next probe to inventory; its held call waits for that probe
+// and goes as it, rather than being refused on pricing's failure (a
+// review of the change that ended holds on every failed probe).
+func TestHeldCallOfOtherKindWaitsForItsProbe(t *testing.T) {
+	parked := make(chan struct{}, 8)
+	due := make(chan struct{}) // closed: the hold's timer (the next probe due) fired
+	i, _, inv, th, clk := downTargetClock(t, time.Second, withHold(func(ctx context.Context, _ time.Duration, back <-chan struct{}) error {
+		parked <- struct{}{}
+		select {
+		case <-back:
+		case <-due:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}))
+	done := make(chan error, 1)
+	go func() {
+		done <- i.UnaryClient()(ctxTimeout(t, 5*time.Second), "/svc/Inventory", nil, nil, newCC(t), inv.invoke)
+	}()
+	<-parked
+	var probe adaptive.Permit
+	for range 1000 {
+		clk.Advance(time.Millisecond)
+		if p, err := th.AllowFor(false, "/svc/Pricing"); err == nil {
+			probe = p
+			break
+		}
+	}
+	if !probe.Probe() {
+		t.Fatal("no pricing probe in a second of requests")
+	}
+	th.Connectivity(true) // alive, answering with errors
+	probe.Done(adaptive.Overload)
+	select {
+	case <-parked: // held on, for a probe of its own
+	case err := <-done:
+		t.Fatalf("held inventory call ended on pricing's failed probe: %v after %d attempts, want held on for its own probe", err, len(inv.seen))
+	}
+	// Pricing's refused requests bring the next probe's credit; the
+	// probe interval passes, and the held call asks again.
+	for range 2 {
+		if _, err := th.AllowFor(false, "/svc/Pricing"); err == nil {
+			t.Fatal("setup: pricing allowed right after its probe failed")
+		}
+	}
+	clk.Advance(100 * time.Millisecond)
+	close(due)
+	if err := <-done; err != nil || len(inv.seen) != 1 {
+		t.Fatalf("held inventory call after pricing's probe failed: %v after %d attempts, want sent as inventory's probe", err, len(inv.seen))
+	}
+	if th.Down() {
+		t.Fatal("down after inventory's probe was accepted")
+	}
+}
