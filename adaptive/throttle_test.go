@@ -1635,3 +1635,31 @@ func TestProbeFailedFor(t *testing.T) {
 		t.Error("up: ProbeFailedFor true")
 	}
 }
+
+// A probe of an earlier down that fails in a later one says nothing of
+// the target now: it does not end the holds of the callers waiting for
+// the later down's probes.
+func TestStaleProbeFailureKeepsHold(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	markDown := func() {
+		for !th.Down() { // a run of failures behind a ready connection
+			clk.Advance(10 * ms)
+			attempt(th, false, Overload)
+		}
+	}
+	markDown()
+	stale := nextProbe(t, th, clk)
+	th.Revive()
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	markDown()
+	back := th.Back()
+	stale.Done(Overload)
+	select {
+	case <-back:
+		t.Fatal("Back closed by the failure of an earlier down's probe")
+	default:
+	}
+}
