@@ -49,6 +49,26 @@ func downBroken(t *testing.T, cfg Config) (*Throttle, *clock.Fake) {
 	return th, clk
 }
 
+// downReady returns a throttle that accepted once and then, a second
+// later, saw a run of overload failures behind a ready connection until
+// it marked the target down (an alive target failing everything).
+func downReady(t *testing.T, cfg Config) (*Throttle, *clock.Fake) {
+	t.Helper()
+	th, clk := newTest(t, cfg)
+	attempt(th, false, Accept)
+	clk.Advance(time.Second)
+	failUntilDown(th, clk)
+	return th, clk
+}
+
+// failUntilDown reports overload failures 10 ms apart until th is down.
+func failUntilDown(th *Throttle, clk *clock.Fake) {
+	for !th.Down() {
+		clk.Advance(10 * ms)
+		attempt(th, false, Overload)
+	}
+}
+
 // nextProbe sends a request every millisecond, up to a thousand, to a
 // down target, and returns the first that is allowed: a probe.
 func nextProbe(t *testing.T, th *Throttle, clk *clock.Fake) Permit {
@@ -1564,13 +1584,7 @@ func TestSilentProbeKeepsHold(t *testing.T) {
 // (a user's trial: an aggregator's requests took 240 ms instead of 18 ms
 // while its optional dependency failed everything).
 func TestAnsweredProbeFailureEndsHold(t *testing.T) {
-	th, clk := newTest(t, Config{})
-	attempt(th, false, Accept)
-	clk.Advance(time.Second)
-	for !th.Down() { // a run of failures behind a ready connection
-		clk.Advance(10 * ms)
-		attempt(th, false, Overload)
-	}
+	th, clk := downReady(t, Config{})
 	probe := nextProbe(t, th, clk)
 	back := th.Back()
 	probe.Done(Overload)
@@ -1600,17 +1614,7 @@ func TestProbeFailedFor(t *testing.T) {
 		t.Fatalf("no probe for %q in 1000 requests", kind)
 		return Permit{}
 	}
-	down := func() (*Throttle, *clock.Fake) {
-		th, clk := newTest(t, Config{})
-		attempt(th, false, Accept)
-		clk.Advance(time.Second)
-		for !th.Down() { // a run of failures behind a ready connection
-			clk.Advance(10 * ms)
-			attempt(th, false, Overload)
-		}
-		return th, clk
-	}
-	th, clk := down()
+	th, clk := downReady(t, Config{})
 	if !th.ProbeFailedFor("a") {
 		t.Error("down, no probe failed yet: want true (nothing says otherwise)")
 	}
@@ -1623,7 +1627,7 @@ func TestProbeFailedFor(t *testing.T) {
 		t.Error("a probe of no kind failed: b false, want true")
 	}
 
-	th, clk = down()
+	th, clk = downReady(t, Config{})
 	p := kindProbe(th, clk, "a")
 	th.Connectivity(false)
 	p.Done(Overload)
@@ -1640,21 +1644,12 @@ func TestProbeFailedFor(t *testing.T) {
 // the target now: it does not end the holds of the callers waiting for
 // the later down's probes.
 func TestStaleProbeFailureKeepsHold(t *testing.T) {
-	th, clk := newTest(t, Config{})
-	attempt(th, false, Accept)
-	clk.Advance(time.Second)
-	markDown := func() {
-		for !th.Down() { // a run of failures behind a ready connection
-			clk.Advance(10 * ms)
-			attempt(th, false, Overload)
-		}
-	}
-	markDown()
+	th, clk := downReady(t, Config{})
 	stale := nextProbe(t, th, clk)
 	th.Revive()
 	attempt(th, false, Accept)
 	clk.Advance(time.Second)
-	markDown()
+	failUntilDown(th, clk)
 	back := th.Back()
 	stale.Done(Overload)
 	select {
