@@ -21,8 +21,22 @@
 //     request locally with probability
 //     max(0, (requests - K*accepts) / (requests + 1)). The target keeps
 //     receiving about K times what it accepts, so the capacity that exists
-//     is always used (never fewer users served than with retries off), and
-//     the protection grows with the loss instead of being all or nothing.
+//     is always used (never fewer users served than with retries off, while
+//     what fails is what the target has no capacity for), and the
+//     protection grows with the loss instead of being all or nothing. What
+//     the throttle cannot tell from overload is a target that fails more
+//     than 1 - 1/K of its requests with UNAVAILABLE for reasons of the
+//     requests themselves (some keys, one user over a limit), or at random:
+//     it is sent K times what it accepts all the same, and the requests it
+//     would have served are shed in proportion (a user's trial, a plain
+//     server failing a fixed 70, 80 or 90 % of request keys at half its
+//     capacity: the other keys served 78-87, 56-66 and 10-20 %, against
+//     100 % with retries off; one user's 90 % share over a per-user limit
+//     answered with UNAVAILABLE: the others 82-87 %). Such a target should
+//     answer what is about the request with another code (FAILED_PRECONDITION,
+//     RESOURCE_EXHAUSTED for a quota, which counts for nothing), or, as a
+//     stormguard tier does for its dependency's failures, with the "do not
+//     retry" mark; or raise K for it (silent up to 1 - 1/K).
 //     Only overload outcomes count against the target (UNAVAILABLE, a
 //     hang until a deadline); any other answer is an accept (the
 //     interceptor reports RESOURCE_EXHAUSTED as nothing, a quota far
