@@ -81,8 +81,8 @@ type Config struct {
 	// ready again, a "do not retry" answer); a probe that fails meanwhile
 	// (an error, a broken connection, its per-attempt timeout; not one
 	// unanswered at its caller's deadline, a Silence) ends the hold with
-	// the refusal, for the requests of its kind (Throttle.ProbeFailedFor:
-	// those of another kind wait for a probe of their own). So a held
+	// the refusal, whatever kind of request it was (the services on one
+	// address share the target's throttle and its probes' news). So a held
 	// caller learns what the next probe learns: a caller at a fixed
 	// concurrency (a load test, a worker pool) waits for it instead of
 	// spinning on refusals of microseconds, thousands a second per

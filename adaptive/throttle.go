@@ -614,8 +614,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 		if t.down && probe && gen == t.gen {
 			// A probe failed: the target is still down, and the callers
 			// held for its answer (Back) learn it now rather than at the
-			// end of their hold: those of its kind of request fail (see
-			// ProbeFailedFor), the others wait for a probe of their own.
+			// end of their hold, whatever kind of request they are.
 			// Held to its end, every request of an aggregator whose
 			// optional dependency failed everything took the whole hold
 			// (a user's trial: 18 ms became 240 ms, for as long as the
@@ -811,8 +810,7 @@ var closedChan = func() chan struct{} {
 // a straggler accepted, or answered busy; or when a probe failed
 // (answered with an error, on a broken connection, or at its per-attempt
 // timeout; not a probe unanswered at its caller's deadline, a Silence),
-// and the target is still down (Down): ProbeFailedFor then says whether
-// a request of a given kind would fail too. A caller
+// and the target is still down (Down). A caller
 // refused with ErrDown may wait on it, up to Config.Hold (Hold), and try
 // again if the target is up: see Config.Hold. A probe's failure ends the
 // wait so that a caller learns that the target is still down when the
@@ -853,18 +851,6 @@ func (t *Throttle) ProbeIn() time.Duration {
 		return 0
 	}
 	return time.Duration(max(t.nextProbe-el, 0))
-}
-
-// ProbeFailedFor reports whether the target is down and what ended the
-// wait on Back says that a request of kind would fail too: the last
-// failed probe was of kind (AllowFor), or of none, or its connection was
-// broken (a process gone fails every kind). A caller held for a request
-// of another kind waits on for a probe of its own, which AllowFor gives
-// it (a failing service next to a healthy one on one address).
-func (t *Throttle) ProbeFailedFor(kind string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.down && (t.broken || t.missKind == "" || t.missKind == kind)
 }
 
 // Hold returns Config.Hold, normalized (0: no hold).

@@ -1598,48 +1598,6 @@ func TestAnsweredProbeFailureEndsHold(t *testing.T) {
 	}
 }
 
-// ProbeFailedFor tells a caller held for a down target whether the
-// probe that failed speaks for its kind of request: a probe of that kind
-// or of none, or any probe on a broken connection (a process gone fails
-// every kind); never while the target is up.
-func TestProbeFailedFor(t *testing.T) {
-	kindProbe := func(th *Throttle, clk *clock.Fake, kind string) Permit {
-		t.Helper()
-		for range 1000 {
-			clk.Advance(ms)
-			if p, err := th.AllowFor(false, kind); err == nil {
-				return p
-			}
-		}
-		t.Fatalf("no probe for %q in 1000 requests", kind)
-		return Permit{}
-	}
-	th, clk := downReady(t, Config{})
-	if !th.ProbeFailedFor("a") {
-		t.Error("down, no probe failed yet: want true (nothing says otherwise)")
-	}
-	kindProbe(th, clk, "a").Done(Overload)
-	if !th.ProbeFailedFor("a") || th.ProbeFailedFor("b") {
-		t.Errorf("a's probe failed: a %v, b %v; want true, false", th.ProbeFailedFor("a"), th.ProbeFailedFor("b"))
-	}
-	kindProbe(th, clk, "").Done(Overload)
-	if !th.ProbeFailedFor("b") {
-		t.Error("a probe of no kind failed: b false, want true")
-	}
-
-	th, clk = downReady(t, Config{})
-	p := kindProbe(th, clk, "a")
-	th.Connectivity(false)
-	p.Done(Overload)
-	if !th.ProbeFailedFor("b") {
-		t.Error("a's probe failed on a broken connection: b false, want true")
-	}
-	th.Revive()
-	if th.ProbeFailedFor("a") {
-		t.Error("up: ProbeFailedFor true")
-	}
-}
-
 // A probe of an earlier down that fails in a later one says nothing of
 // the target now: it does not end the holds of the callers waiting for
 // the later down's probes.

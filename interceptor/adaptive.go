@@ -41,8 +41,8 @@ import (
 // adaptive.Config.Hold (250 ms) and within the caller's deadline, for
 // the answer to the next probe: sent if it is answered (at the hold's
 // end if the target was revived without an answer: its channel ready
-// again), refused if it failed for the call's method (a probe of another
-// method that failed leaves it waiting for its own). A
+// again), refused if it failed (a probe of any method: the services on
+// one address share the target's throttle, see WithPerMethodKeys). A
 // caller at a fixed concurrency waits instead of spinning on refusals of
 // microseconds, and after an outage its requests go out instead of
 // failing until the first probe or health trial. A caller of a target
@@ -253,14 +253,15 @@ func (g *throttleGuard) answered(_ *call, a *attempt) {
 }
 
 // holdDown holds a first attempt refused because its target is down, up
-// to adaptive.Config.Hold and within the caller's deadline, for the
-// answer to the next probe, asking once more when that probe may go; it
+// to adaptive.Config.Hold and within the caller's deadline, until the
+// target is back, or a probe failed (see adaptive.Config.Hold), asking
+// once more when the next probe may go; it
 // returns what the throttle answered the last time it asked, and asked
-// false if it did not ask (a probe failed that says this call would
-// fail too, the hold ended with the target down, or the caller left). A
-// caller at a fixed concurrency so waits instead of spinning on
-// refusals, and after the outage its request goes out instead of failing
-// before the first probe or health trial.
+// false if it did not ask (Back closed with the target down, the hold
+// ended with the target down, or the caller left). A caller
+// at a fixed concurrency so waits instead of spinning on refusals, and
+// after the outage its request goes out instead of failing before the
+// first probe or health trial.
 //
 // A hold within the deadline ends holdMargin early (an eighth of the
 // time left, at least 2 ms), so that the refusal reaches the callers
@@ -273,57 +274,55 @@ func (c *call) holdDown(t *adaptive.Throttle, ask, again func() (adaptive.Permit
 		left := time.Until(dl)
 		d = min(d, left-holdMargin(left))
 	}
+	if d <= 0 {
+		return p, nil, false
+	}
 	back := t.Back()
-	// reask: ask again when the next probe may go (with no probe credit
-	// of its own a second time): a caller of a fixed number, all of whose
-	// requests are held, sends nothing else, and no probe would go until
-	// the holds end (a user's trial: 32 callers of an aggregator whose
-	// optional dependency was killed, held 250 ms each, in step).
-	// Allowed, the call goes as that probe. Once per probe that failed
-	// for another kind of request, which ends a wait without a word on
-	// this call's (see below), and once besides.
-	reask := true
-	for d > 0 {
-		wait := d
-		if due := t.ProbeIn(); reask && due < d {
-			wait = due
-		}
-		if c.cfg.hold(c.ctx, wait, back) != nil {
+	if due := t.ProbeIn(); due < d {
+		// Until the next probe may go, then ask again (with no probe
+		// credit of its own a second time): a caller of a fixed number,
+		// all of whose requests are held, sends nothing else, and no
+		// probe would go until the holds end (a user's trial: 32 callers
+		// of an aggregator whose optional dependency was killed, held
+		// 250 ms each, in step). Allowed, it goes as that probe;
+		// refused, it waits on for the probe's answer, or for the end
+		// of its hold. A
+		// target revived by its connection alone is not asked: the
+		// callers held meanwhile wait for an answer, as Back says, not
+		// for the same instant.
+		if c.cfg.hold(c.ctx, due, back) != nil {
 			return p, nil, false
 		}
-		d -= wait // the wait planned: a hold never outlasts its d
 		if c.conn != nil {
 			reportConn(t, c.conn)
 		}
-		down, answered := t.Down(), isClosed(back)
-		switch {
-		case !down && (answered || d <= 0):
-			// The target answered, or the hold is over and the target
-			// is up. Revived by its connection alone, it is not asked
-			// at once: the callers held meanwhile wait for an answer,
-			// as Back says, not for the same instant (a health trial
-			// makes every channel ready together).
-			p, err = ask()
+		if isClosed(back) {
+			if t.Down() {
+				// A probe failed, or an answer came and the target
+				// went down again.
+				return p, nil, false
+			}
+			p, err = ask() // the target answered
 			return p, err, true
-		case !down:
-			reask = false // up: wait for an answer or the hold's end
-		case answered && t.ProbeFailedFor(c.method):
-			// A probe failed that says this call would fail too.
-			return p, nil, false
-		case answered:
-			// A probe of another kind of request failed (a failing
-			// service next to a healthy one on one address): this
-			// call's may be served, and AllowFor gives it the next
-			// probe. Wait for that one.
-			back, reask = t.Back(), true
-		case reask && d > 0:
-			reask = false
+		}
+		if t.Down() {
 			if p, err = again(); !errors.Is(err, adaptive.ErrDown) {
 				return p, err, true
 			}
 		}
+		d -= due
 	}
-	return p, nil, false
+	if d > 0 && c.cfg.hold(c.ctx, d, back) != nil {
+		return p, nil, false
+	}
+	if c.conn != nil {
+		reportConn(t, c.conn)
+	}
+	if t.Down() {
+		return p, nil, false
+	}
+	p, err = ask()
+	return p, err, true
 }
 
 // isClosed reports whether ch is closed.
