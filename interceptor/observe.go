@@ -68,8 +68,10 @@ const (
 	// Delay the pushback sent (negative: "do not retry").
 	EventAdmissionRefused
 	// EventNotServing, EventServing: the server's own health (WithHealth)
-	// became NOT_SERVING, or SERVING again (on trial, or because it
-	// served something).
+	// became NOT_SERVING, or SERVING again to let a trial in (only a
+	// trial does: admission.Serving); a trial whose requests are served
+	// ends with no event, the server SERVING, and one that fails with
+	// EventNotServing.
 	EventNotServing
 	EventServing
 	// EventHedgeSent: a hedged call (WithHedging) sends hedge Attempt,

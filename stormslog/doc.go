@@ -40,7 +40,7 @@
 //	| admission refused: caller_gone | INFO  | stormguard: request refused                  | (same) |
 //	| more admission refusals in the interval | as the reason | stormguard: request refused, repeats | reason, repeats, interval |
 //	| health: NOT_SERVING (WithHealth) | WARN | stormguard: not serving                    | |
-//	| health: SERVING again          | INFO  | stormguard: serving again                    | |
+//	| health: SERVING on trial       | INFO  | stormguard: serving on trial                 | |
 //	| more health changes in the interval | as the last | stormguard: health changes, repeats | to (the state the last entered), repeats, interval |
 //	| retry scheduled                | DEBUG | stormguard: retry scheduled                  | target, method, attempt, depth, in_handler, delay |
 //	| pushback sent                  | DEBUG | stormguard: pushback sent                    | method, depth, attempt, code |

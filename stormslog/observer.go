@@ -30,7 +30,7 @@ const (
 	MsgAdmissionRefused        = "stormguard: request refused"
 	MsgAdmissionRefusedSummary = "stormguard: request refused, repeats"
 	MsgNotServing              = "stormguard: not serving"
-	MsgServing                 = "stormguard: serving again"
+	MsgServing                 = "stormguard: serving on trial"
 	MsgHealthSummary           = "stormguard: health changes, repeats"
 )
 
@@ -306,10 +306,13 @@ func (o *Observer) admissionRefused(ctx context.Context, e interceptor.Event) {
 }
 
 // health logs the server's own health changes (WithHealth): NOT_SERVING
-// at WARN, SERVING again at INFO. A server that is not serving lets a
+// at WARN, SERVING on trial at INFO. A server that is not serving lets a
 // trial in every 200 ms and so changes twice per trial: the changes of
 // an interval after its first are summed up, as refusals are, in one
-// line that names the state the last of them entered, at its level.
+// line that names the state the last of them entered, at its level. A
+// SERVING is always a trial's start (a trial whose requests are served
+// ends with no event): logged as "serving again", the first change of
+// each second of an outage read as a recovery (a user's trial).
 func (o *Observer) health(ctx context.Context, e interceptor.Event) {
 	serving := e.Kind == interceptor.EventServing
 	level, msg := slog.LevelWarn, MsgNotServing

@@ -418,3 +418,17 @@ func TestAdmissionAndHealthLines(t *testing.T) {
 		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A SERVING is a trial's start (a server that is not serving lets one in
+// every 200 ms): logged as "serving on trial", not as a recovery. Read as
+// "serving again", the first change of each second of an outage told an
+// on-call that the server had recovered (a user's trial).
+func TestServingIsLoggedAsTrial(t *testing.T) {
+	buf := &buffer{}
+	o := stormslog.New(newLogger(buf, slog.LevelInfo), stormslog.WithClock(clock.NewFake(frozen)))
+	o.Observe(context.Background(), interceptor.Event{Kind: interceptor.EventServing})
+	want := `{"level":"INFO","msg":"stormguard: serving on trial"}`
+	if got := buf.lines(); len(got) != 1 || got[0] != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
