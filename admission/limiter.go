@@ -344,6 +344,7 @@ type Limiter struct {
 	suspN       atomic.Int64
 	roomSeen    atomic.Bool
 	perDone     atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
+	stalled     atomic.Int64                  // nanoseconds of the last rateWindows, when none of them completed anything; else 0
 	threshold   [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	baseNow     atomic.Int64                  // nanoseconds: the base the thresholds use
 	lastMean    atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
@@ -896,7 +897,9 @@ func (l *Limiter) roll(at int64) {
 	l.histN = min(l.histN+1, historyWindows)
 	l.last, l.winStart = cur, at
 	l.winEnd.Store(at + w)
-	l.perDone.Store(l.timePerDone())
+	per, stalled := l.timePerDone()
+	l.perDone.Store(per)
+	l.stalled.Store(stalled)
 	l.hist[at0].queued = l.suspect.Load()
 	if l.floorFor > 0 && !l.overloaded.Load() {
 		l.floorFor-- // checkModel's floor lasts historyWindows windows outside an overload
@@ -931,8 +934,9 @@ func (l *Limiter) recent(i int) *window {
 }
 
 // timePerDone returns the nanoseconds per completion over the last
-// rateWindows windows, 0 when none completed. l.mu is held.
-func (l *Limiter) timePerDone() int64 {
+// rateWindows windows, 0 when none completed, and then the windows'
+// length as stalled. l.mu is held.
+func (l *Limiter) timePerDone() (per, stalled int64) {
 	var dur, done int64
 	for i := range min(rateWindows, l.histN) {
 		w := l.recent(i)
@@ -940,9 +944,9 @@ func (l *Limiter) timePerDone() int64 {
 		done += w.done
 	}
 	if done == 0 {
-		return 0
+		return 0, dur
 	}
-	return dur / done
+	return dur / done, 0
 }
 
 // whileNot is the window's end while the server is not overloaded: the
@@ -1503,9 +1507,17 @@ func (l *Limiter) Overloaded() bool { return l.overloaded.Load() }
 
 // Latency returns the latency a new request can expect, (in flight + 1)
 // x the time per completion over the last windows; zero before anything
-// completed.
+// completed. While requests are in flight and none completed over those
+// windows (a stall, a hang below), the time per completion is at least
+// the windows' length, and that is what it counts: read as zero, the
+// gauge of it stayed at zero for the first second of a hang while the
+// requests in flight rose from 61 to 285 (a user's trial).
 func (l *Limiter) Latency() time.Duration {
-	return time.Duration((l.inflight.Load() + 1) * l.perDone.Load())
+	per, in := l.perDone.Load(), l.inflight.Load()
+	if per == 0 && in > 0 {
+		per = l.stalled.Load()
+	}
+	return time.Duration((in + 1) * per)
 }
 
 // Stats is a snapshot of a Limiter, for metrics.

@@ -197,3 +197,34 @@ func TestFastFailuresKeepBase(t *testing.T) {
 		t.Errorf("%d of %d refused through and after the outage", refused, refused+served)
 	}
 }
+
+// While requests are in flight and none completes (a stall, or a hang
+// below), Latency is not zero: the time per completion is at least the
+// windows in which none came. Read as zero, its gauge stayed at zero for
+// the first second of a hang while the requests in flight rose from 61
+// to 285 (a user's trial).
+func TestLatencyDuringStall(t *testing.T) {
+	l, clk := newLimiter(t, Config{})
+	for range 200 { // healthy: 1 ms each
+		p, err := l.Acquire(ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+		p.Release(Measured)
+	}
+	if lat := l.Latency(); lat <= 0 || lat > 10*time.Millisecond {
+		t.Fatalf("Latency %v while healthy, want about 1 ms", lat)
+	}
+	for range 100 { // nothing completes from here on
+		_, _ = l.Acquire(ClassFirst, time.Time{})
+		clk.Advance(time.Millisecond)
+	}
+	in := l.InFlight()
+	if in == 0 {
+		t.Fatal("setup: nothing in flight")
+	}
+	if lat, want := l.Latency(), time.Duration(in+1)*3*DefaultWindow; lat < want {
+		t.Fatalf("Latency %v with %d in flight and nothing completed for 100 ms, want at least %v", lat, in, want)
+	}
+}
