@@ -311,8 +311,9 @@ func (o *Observer) admissionRefused(ctx context.Context, e interceptor.Event) {
 // an interval after its first are summed up, as refusals are, in one
 // line that names the state the last of them entered, at its level. A
 // SERVING is always a trial's start (a trial whose requests are served
-// ends with no event): logged as "serving again", the first change of
-// each second of an outage read as a recovery (a user's trial).
+// ends with no event); the message said "serving again" before, and the
+// first change of each second of an outage read as a recovery (a user's
+// trial).
 func (o *Observer) health(ctx context.Context, e interceptor.Event) {
 	serving := e.Kind == interceptor.EventServing
 	level, msg := slog.LevelWarn, MsgNotServing
