@@ -50,7 +50,13 @@ type Params struct {
 	// of the requests started in the RecoveryWithin after the overload;
 	// slices of OverSlice. 4b: the same with a CPU-bound payment
 	// (CPUUnits) at CPUCallers, CPUFactors and CPUStacks (report only).
+	// AtLeastNominal makes the factors of 4 scale at least Pool's
+	// nominal capacity, Workers/Hold (the measurement still runs and is
+	// shown): a test beside other packages' tests on 2 cores measured a
+	// quarter of its pool's capacity, and "4x" of that was served in
+	// full, no overload.
 	Pool              Work
+	AtLeastNominal    bool
 	PoolCallers       []int
 	OverFactors       []float64
 	OverStacks        []string
@@ -463,7 +469,11 @@ func (h *Harness) overload(ctx context.Context, kind int) error {
 	spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{pay}} }
 	fmt.Fprint(h.Out, title)
 
-	capacity, err := h.capacityOf(ctx, spec, callers)
+	atLeast := 0.0
+	if kind == overloadPool && p.AtLeastNominal && pay.Hold > 0 {
+		atLeast = float64(pay.Workers) / pay.Hold.Seconds()
+	}
+	capacity, err := h.capacityOf(ctx, spec, callers, atLeast)
 	if err != nil {
 		return err
 	}
@@ -551,7 +561,8 @@ func (h *Harness) startSpread(ctx context.Context) error {
 // capacityOf measures the chain's capacity for overload: the goodput of
 // retries off at its best of the fixed concurrencies callers, in this
 // run; it prints how it got there.
-func (h *Harness) capacityOf(ctx context.Context, spec func(string) ChainSpec, callers []int) (float64, error) {
+// The result is at least atLeast.
+func (h *Harness) capacityOf(ctx context.Context, spec func(string) ChainSpec, callers []int, atLeast float64) (float64, error) {
 	p := h.Params
 	t := newTable("callers", "goodput (ok/s): median (range)", "success", "p99")
 	capacity := 0.0
@@ -567,8 +578,13 @@ func (h *Harness) capacityOf(ctx context.Context, spec func(string) ChainSpec, c
 	if capacity <= 0 {
 		return 0, fmt.Errorf("overload: no goodput at any of %v callers: no capacity to scale", callers)
 	}
-	fmt.Fprintf(h.Out, "Capacity: the goodput of retries off (none) at its best fixed concurrency (%s, %s, %v per run, median of %d): **%.0f ok/s**.\n\n",
+	fmt.Fprintf(h.Out, "Capacity: the goodput of retries off (none) at its best fixed concurrency (%s, %s, %v per run, median of %d): **%.0f ok/s**",
 		h.Load.Name(), deadline(p.CapacityDeadline), p.CapacityLength, h.Runs, capacity)
+	if capacity < atLeast {
+		capacity = atLeast
+		fmt.Fprintf(h.Out, "; the factors scale the pool's nominal capacity, %.0f ok/s", capacity)
+	}
+	fmt.Fprint(h.Out, ".\n\n")
 	t.write(h.Out)
 	return capacity, nil
 }

@@ -54,12 +54,15 @@ func testParams(t *testing.T) Params {
 
 		Pool:        Work{Workers: 2, Hold: 5 * time.Millisecond},
 		PoolCallers: []int{4},
-		// Four times, not two: the capacity is measured in half a
-		// second, and with other packages' tests on the 2 cores it read
-		// 164 ok/s of the pool's 400/s; "2x" (328/s) was then no
-		// overload, all of it was served, and nothing was shed (4 of 4
-		// runs beside the interceptor tests; at 4x, 3 of 3 pass).
+		// Four times the pool's nominal capacity at least: the capacity
+		// is measured in half a second, and with other packages' tests
+		// on the 2 cores it read 164 ok/s of the pool's 400/s; "2x"
+		// (328/s) was then no overload, all of it was served, and
+		// nothing was shed (4 of 4 runs beside the interceptor tests).
+		// 4x of the measured alone failed too, in 1 of 4 runs beside
+		// two other loads: 92 ok/s measured, 368/s all served.
 		OverFactors:       []float64{4},
+		AtLeastNominal:    true,
 		OverBefore:        250 * time.Millisecond,
 		OverFor:           time.Second,
 		OverAfter:         500 * time.Millisecond,
@@ -153,10 +156,20 @@ func checkRun(t *testing.T, name string, r Run, payments int) {
 		t.Fatalf("%s, %s: counts of %d processes, want %d", name, r.Stack, got, payments+2)
 	}
 	// A request whose deadline ends before it is sent never reaches the
-	// gateway; on loopback with deadlines of a second or more, hardly any.
+	// gateway; on loopback with deadlines of a second or more, hardly
+	// any, but an overload with no protection on a machine shared with
+	// other tests left 22 of 412 unsent: more than 1 % may be missing
+	// only if as many ended DEADLINE_EXCEEDED.
 	gw := r.Counts.Tiers[len(r.Counts.Tiers)-1]
-	if n := int64(len(r.Samples)); gw.Tier != "gateway" || gw.Received > n || gw.Received < n*99/100 {
-		t.Errorf("%s, %s: %s received %d calls for %d requests, want gateway and one each", name, r.Stack, gw.Tier, gw.Received, n)
+	n := int64(len(r.Samples))
+	var late int64
+	for _, s := range r.Samples {
+		if s.Code == codes.DeadlineExceeded {
+			late++
+		}
+	}
+	if missing := n - gw.Received; gw.Tier != "gateway" || missing < 0 || missing > n/100 && missing > late {
+		t.Errorf("%s, %s: %s received %d calls for %d requests (%d of them DEADLINE_EXCEEDED), want gateway and one each", name, r.Stack, gw.Tier, gw.Received, n, late)
 	}
 	for _, c := range r.Counts.Tiers {
 		if c.Stormguard != (r.Stack != baseline) {
