@@ -198,6 +198,49 @@ func TestFastFailuresKeepBase(t *testing.T) {
 	}
 }
 
+// After an idle stretch, Latency is what the recent requests took, not
+// the requests in flight times the time per completion over windows that
+// were mostly idle: read so, a server answering in about 30 ms read 11 to
+// 15 s the moment a batch job's 64 workers started after an idle second
+// (a user's trial), and a gauge of it would page at every batch start.
+func TestLatencyAfterIdle(t *testing.T) {
+	l, clk := newLimiter(t, Config{})
+	for range 200 { // healthy: 1 ms each, one at a time
+		p, err := l.Acquire(ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+		p.Release(Measured)
+	}
+	clk.Advance(2 * time.Second) // idle
+	for range 3 {                // a few requests, far apart
+		p, err := l.Acquire(ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+		p.Release(Measured)
+		clk.Advance(300 * time.Millisecond)
+	}
+	var held []Permit
+	defer func() {
+		for _, p := range held {
+			p.Release(Ignored)
+		}
+	}()
+	for range 64 { // the batch starts
+		p, err := l.Acquire(ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatalf("the batch's request %d: %v", len(held), err)
+		}
+		held = append(held, p)
+	}
+	if lat := l.Latency(); lat <= 0 || lat > 100*time.Millisecond {
+		t.Fatalf("Latency %v with 64 just admitted after an idle stretch, requests taking 1 ms: want the recent mean, about 1 ms", lat)
+	}
+}
+
 // While requests are in flight and none completes (a stall, or a hang
 // below), Latency is not zero: the time per completion is at least the
 // windows in which none came. Read as zero, its gauge stayed at zero for
