@@ -57,7 +57,7 @@ func (c *call) init(ctx context.Context, cfg *config, target, method string) {
 	c.max = max(1, min(cfg.policy(c.info, cfg.maxAttempts), cfg.maxAttempts))
 	c.key = target
 	if cfg.perMethod {
-		c.key = methodKey(target, method)
+		c.key = cfg.methodKeys.key(target, method)
 	}
 	for _, f := range cfg.mechanisms {
 		if m := f(c.key); m != nil && int(c.nmechs) < len(c.mechs) {

@@ -3,6 +3,8 @@ package interceptor
 import (
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
@@ -25,6 +27,49 @@ func methodKey(target, method string) string {
 		return target + " " + method
 	}
 	return strconv.Quote(target) + " " + strconv.Quote(method)
+}
+
+// methodKeys remembers the keys methodKey made, so that a call to a
+// method called before makes none (a key made is a new string: an
+// allocation on every call, with WithPerMethodKeys in Recommended). A
+// lookup takes no lock: a published map is never written; a new key
+// publishes a copy. At most maxLimiterKeys are kept; the calls of pairs
+// past that make their key each time. The zero value is ready.
+type methodKeys struct {
+	mu sync.Mutex // serializes publishing
+	m  atomic.Pointer[map[targetMethod]string]
+}
+
+type targetMethod struct{ target, method string }
+
+// key returns methodKey(target, method); a nil k makes it.
+func (k *methodKeys) key(target, method string) string {
+	if k == nil {
+		return methodKey(target, method)
+	}
+	tm := targetMethod{target, method}
+	if m := k.m.Load(); m != nil {
+		if key, ok := (*m)[tm]; ok {
+			return key
+		}
+	}
+	key := methodKey(target, method)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var old map[targetMethod]string
+	if m := k.m.Load(); m != nil {
+		old = *m
+	}
+	if _, ok := old[tm]; ok || len(old) >= maxLimiterKeys {
+		return key
+	}
+	next := make(map[targetMethod]string, len(old)+1)
+	for o, v := range old {
+		next[o] = v
+	}
+	next[tm] = key
+	k.m.Store(&next)
+	return key
 }
 
 // limiterSet holds one limiter per key, created on first use, at most max

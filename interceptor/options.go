@@ -69,6 +69,7 @@ type config struct {
 	breakers          *breaker.Set
 	throttles         *adaptive.Set
 	perMethod         bool
+	methodKeys        *methodKeys // with perMethod: the keys made (see methodKeys)
 	untrusted         bool
 	ignoreEnvoy       bool // see WithEnvoyAttemptCount
 	replayLimit       int
@@ -145,6 +146,9 @@ func newConfig(opts []Option) (config, error) {
 		return cfg, err
 	}
 	cfg.delays = newDelaySet(cfg.hedgeAdaptive)
+	if cfg.perMethod {
+		cfg.methodKeys = new(methodKeys)
+	}
 	cfg.buildMechanisms()
 	return cfg, cfg.check()
 }
