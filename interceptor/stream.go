@@ -21,7 +21,10 @@ const DefaultReplayBufferSize = 256 << 10
 // WithReplayBufferSize sets how many bytes of sent messages a stream keeps
 // for replay until it commits; a stream that sends more commits at once
 // and is not retried after that. Default DefaultReplayBufferSize (256 KiB).
-// Client side, streams only; usable per call.
+// Client side, streams only; usable per call. An upload (client
+// streaming) commits only when it is answered, at its end, so every
+// client tier keeps a copy of what it sends, up to the limit: 0 on such a
+// call keeps nothing, and retries it only before its first message.
 func WithReplayBufferSize(n int) Option {
 	return Option{apply: func(c *config) error {
 		if n < 0 {
