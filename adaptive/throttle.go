@@ -139,6 +139,7 @@ const (
 type bucket struct {
 	idx      int64 // elapsed / width of the time this bucket counts
 	req, acc int64
+	busy     int64 // of req, answered busy (kinds' windows only: see failsAll)
 }
 
 // latClasses is the number of latency classes of Throttle.lat: class c
@@ -190,6 +191,7 @@ type Throttle struct {
 	silentFrom int64
 	silentN    int64
 	buckets    [numBuckets]bucket
+	kinds      [maxKinds]kindWindow // the kinds' own windows (see kindProbability)
 	// lat: the accepted attempts by how long they took, each weighted by
 	// latKeep to the power of the accepts after it, times latScale (the
 	// next one's weight, 1 at first; see typical).
@@ -281,7 +283,7 @@ func (t *Throttle) publish(el int64) {
 		t.p = t.probability(el)
 	}
 	w := t.gen << 1
-	if !t.down && t.run < quietRunMin && t.p == 0 {
+	if !t.down && t.run < quietRunMin && t.p == 0 && !t.kindFailsAll(el) {
 		// From quietRunMin failures in a row on, whether a retry passes
 		// depends on the time from the last accept to the last failure
 		// (quietRun): Allow must look.
@@ -313,6 +315,7 @@ func (t *Throttle) draw() float64 {
 // what the attempt showed with Done. The zero Permit's Done does nothing.
 type Permit struct {
 	t       *Throttle
+	kind    string // of the request (see AllowFor)
 	gen     uint64
 	answers uint64 // t.answers when allowed
 	at      int64  // t.elapsed() when allowed
@@ -331,7 +334,11 @@ func (p Permit) Probe() bool { return p.probe }
 func (t *Throttle) Allow(retry bool) (Permit, error) { return t.AllowFor(retry, "") }
 
 // AllowFor is Allow for a request of a kind: the method of a gRPC call,
-// or whatever part of the target a request reaches ("" for none). While
+// or whatever part of the target a request reaches ("" for none). The
+// outcomes of a kind also count on their own, and the proportional rule
+// sheds a kind by them where that differs (see the package
+// documentation, rule 1): a kind that fails nearly everything on its own
+// evidence, the others no more than theirs. While
 // the target is down, a probe that failed for one kind is followed by
 // a probe for another kind, if one asks before the next request of the
 // failed kind that may probe does after it: a target that serves several
@@ -345,7 +352,7 @@ func (t *Throttle) Allow(retry bool) (Permit, error) { return t.AllowFor(retry, 
 func (t *Throttle) AllowFor(retry bool, kind string) (Permit, error) {
 	if w := t.word.Load(); w&1 == 1 {
 		// The common case, a healthy target: no lock, one clock read.
-		return Permit{t: t, gen: w >> 1, answers: t.answers.Load(), at: t.elapsed()}, nil
+		return Permit{t: t, kind: kind, gen: w >> 1, answers: t.answers.Load(), at: t.elapsed()}, nil
 	}
 	u := t.draw()
 	el := t.elapsed()
@@ -354,7 +361,7 @@ func (t *Throttle) AllowFor(retry bool, kind string) (Permit, error) {
 		return t.allowDown(el, u, retry, false, false, kind)
 	}
 	t.publish(el)
-	p := t.p
+	p := t.kindProbability(el, kind, t.p)
 	if retry && (t.failingRun(el) || p > 0 || t.quietRun()) {
 		t.stats.RetriesRefused++
 		t.mu.Unlock()
@@ -373,7 +380,7 @@ func (t *Throttle) AllowFor(retry bool, kind string) (Permit, error) {
 	}
 	gen := t.gen
 	t.mu.Unlock()
-	return Permit{t: t, gen: gen, answers: t.answers.Load(), at: el}, nil
+	return Permit{t: t, kind: kind, gen: gen, answers: t.answers.Load(), at: el}, nil
 }
 
 // probability returns the shedding probability at el. t.mu is held.
@@ -388,6 +395,7 @@ func (t *Throttle) probability(el int64) float64 {
 		// remembers is over. Forget it, so that the target gets its
 		// traffic back now rather than as the buckets age.
 		t.buckets = [numBuckets]bucket{}
+		t.clearKinds()
 		return 0
 	}
 	return p
@@ -397,11 +405,15 @@ func (t *Throttle) probability(el int64) float64 {
 // now: the target is up, not failing in a run, and not being shed. A
 // caller asks before it spends a retry budget and waits a backoff for a
 // retry that Allow(true) would refuse.
-func (t *Throttle) RetryAllowed() bool {
+func (t *Throttle) RetryAllowed() bool { return t.RetryAllowedFor("") }
+
+// RetryAllowedFor is RetryAllowed for a retry of a request of a kind
+// (see AllowFor), which AllowFor(true, kind) would refuse.
+func (t *Throttle) RetryAllowedFor(kind string) bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && !t.failingRun(el) && !t.quietRun() && t.probability(el) == 0
+	return !t.down && !t.failingRun(el) && !t.quietRun() && t.kindProbability(el, kind, t.probability(el)) == 0
 }
 
 // Healthy reports whether the target is up, has accepted an attempt,
@@ -413,7 +425,12 @@ func (t *Throttle) RetryAllowed() bool {
 // a rejected request at once under its retry budget): waiting would only
 // idle a caller that has a fixed number of requests in flight, while a
 // retry budget still bounds the retries.
-func (t *Throttle) Healthy() bool {
+func (t *Throttle) Healthy() bool { return t.HealthyFor("") }
+
+// HealthyFor is Healthy for a failure of a request of a kind (see
+// AllowFor): the kind is not being shed, whatever the target's other
+// kinds do.
+func (t *Throttle) HealthyFor(kind string) bool {
 	if w := t.word.Load(); w&1 == 1 {
 		t.mu.Lock()
 		defer t.mu.Unlock()
@@ -422,7 +439,7 @@ func (t *Throttle) Healthy() bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && t.accepted && t.run <= healthyRun && t.probability(el) == 0
+	return !t.down && t.accepted && t.run <= healthyRun && t.kindProbability(el, kind, t.probability(el)) == 0
 }
 
 // AllowTrial is Allow(false) for the first attempt of a call made for a
@@ -504,7 +521,7 @@ func (t *Throttle) allowDown(el int64, u float64, retry, trial, again bool, kind
 	t.stats.Probes++
 	gen := t.gen
 	t.mu.Unlock()
-	return Permit{t: t, gen: gen, answers: t.answers.Load(), at: el, probe: true}, nil
+	return Permit{t: t, kind: kind, gen: gen, answers: t.answers.Load(), at: el, probe: true}, nil
 }
 
 // preferOther reports whether a request of kind, which may probe the
@@ -539,10 +556,10 @@ func (p Permit) Done(o Outcome) {
 	if o != Accept && o != Overload && o != Busy && o != Silence {
 		return
 	}
-	p.t.done(p.gen, p.at, o, p.probe)
+	p.t.done(p.gen, p.at, o, p.probe, p.kind)
 }
 
-func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
+func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string) {
 	var u float64
 	if o == Overload || o == Silence {
 		u = t.draw()
@@ -590,7 +607,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 			changed = t.revivedBy(gen)
 			t.accepted, t.lastAccept = true, el
 		} else if gen == t.gen {
-			t.bucket(el).req++
+			t.count(el, kind, 1, 0, 1)
 		}
 	case Accept:
 		if d := el - at; d <= int64(t.cfg.Window) {
@@ -606,9 +623,10 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 		if t.down {
 			changed = t.revivedBy(gen)
 		} else if gen == t.gen {
-			b := t.bucket(el)
-			b.req++
-			b.acc++
+			if el-at > int64(t.cfg.Window) {
+				kind = "" // see count
+			}
+			t.count(el, kind, 1, 1, 0)
 		}
 	case Overload:
 		if t.down && probe && gen == t.gen {
@@ -637,7 +655,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool) {
 		if t.down || gen != t.gen {
 			break
 		}
-		t.bucket(el).req += n
+		t.count(el, kind, n, 0, 0)
 		if t.run == 0 {
 			t.runStart = from
 		}
@@ -728,6 +746,7 @@ func (t *Throttle) setUp() {
 	t.run = 0
 	t.p = 0
 	t.buckets = [numBuckets]bucket{}
+	t.clearKinds()
 	// The bucket array is indexed from the throttle's start; an empty
 	// bucket with idx 0 is harmless wherever it lies.
 }
@@ -877,9 +896,13 @@ func (t *Throttle) Stats() Stats {
 
 // bucket returns the bucket for el, emptied if it held an older time.
 // t.mu is held.
-func (t *Throttle) bucket(el int64) *bucket {
-	idx := el / t.width
-	b := &t.buckets[idx%numBuckets]
+func (t *Throttle) bucket(el int64) *bucket { return bucketAt(&t.buckets, el, t.width) }
+
+// bucketAt returns the bucket of bs for el, buckets width wide, emptied
+// if it held an older time.
+func bucketAt(bs *[numBuckets]bucket, el, width int64) *bucket {
+	idx := el / width
+	b := &bs[idx%numBuckets]
 	if b.idx != idx {
 		*b = bucket{idx: idx}
 	}
@@ -933,13 +956,20 @@ func (t *Throttle) typical() int64 {
 // sum returns the requests and accepts in the window ending at el. t.mu
 // is held.
 func (t *Throttle) sum(el int64) (req, acc int64) {
-	idx := el / t.width
-	for i := range t.buckets {
-		b := &t.buckets[i]
+	w := sumOf(&t.buckets, el, t.width)
+	return w.req, w.acc
+}
+
+// sumOf returns the counts of bs in the window ending at el (idx: none).
+func sumOf(bs *[numBuckets]bucket, el, width int64) (sum bucket) {
+	idx := el / width
+	for i := range bs {
+		b := &bs[i]
 		if b.idx > idx-numBuckets && b.idx <= idx {
-			req += b.req
-			acc += b.acc
+			sum.req += b.req
+			sum.acc += b.acc
+			sum.busy += b.busy
 		}
 	}
-	return req, acc
+	return sum
 }

@@ -225,13 +225,13 @@ func (g *throttleGuard) done(c *call, a *attempt, o outcome) {
 	}
 	p.Done(to)
 	// Only a failure is retried: a success needs no look at the throttle.
-	c.retryNow = c.attempt == 1 && o.kind != outcomeSuccess && t.Healthy()
+	c.retryNow = c.attempt == 1 && o.kind != outcomeSuccess && t.HealthyFor(c.method)
 }
 
 // retry refuses a retry into a target that is not healthy, before the
 // budget is spent and the wait begins.
-func (g *throttleGuard) retry(*call) StopReason {
-	if !g.throttle().RetryAllowed() {
+func (g *throttleGuard) retry(c *call) StopReason {
+	if !g.throttle().RetryAllowedFor(c.method) {
 		return StopThrottled
 	}
 	return 0

@@ -31,14 +31,20 @@ func methodKey(target, method string) string {
 
 // methodKeys remembers the keys methodKey made, so that a call to a
 // method called before makes none (a key made is a new string: an
-// allocation on every call, with WithPerMethodKeys in Recommended). A
-// lookup takes no lock: a published map is never written; a new key
-// publishes a copy. At most maxLimiterKeys are kept; the calls of pairs
-// past that make their key each time. The zero value is ready.
+// allocation on every call with WithPerMethodKeys). A lookup takes no
+// lock: a published map is never written; a new key publishes a copy.
+// At most maxMethodKeys are kept (each new one copies them all); the
+// calls of pairs past that make their key each time, with no lock. The
+// zero value is ready.
 type methodKeys struct {
-	mu sync.Mutex // serializes publishing
-	m  atomic.Pointer[map[targetMethod]string]
+	mu   sync.Mutex // serializes publishing
+	m    atomic.Pointer[map[targetMethod]string]
+	full atomic.Bool
 }
+
+// maxMethodKeys bounds methodKeys: the methods a process calls on its
+// targets, as a rule far fewer.
+const maxMethodKeys = 256
 
 type targetMethod struct{ target, method string }
 
@@ -54,13 +60,16 @@ func (k *methodKeys) key(target, method string) string {
 		}
 	}
 	key := methodKey(target, method)
+	if k.full.Load() {
+		return key
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var old map[targetMethod]string
 	if m := k.m.Load(); m != nil {
 		old = *m
 	}
-	if _, ok := old[tm]; ok || len(old) >= maxLimiterKeys {
+	if _, ok := old[tm]; ok || len(old) >= maxMethodKeys {
 		return key
 	}
 	next := make(map[targetMethod]string, len(old)+1)
@@ -69,6 +78,7 @@ func (k *methodKeys) key(target, method string) string {
 	}
 	next[tm] = key
 	k.m.Store(&next)
+	k.full.Store(len(next) >= maxMethodKeys)
 	return key
 }
 

@@ -36,7 +36,7 @@ func TestLimiterSetBounded(t *testing.T) {
 
 // TestMethodKeysRemembered: a per-method key made once is not made again
 // (a key made is an allocation on every call), the remembered keys are
-// methodKey's, and they stop at maxLimiterKeys, past which the keys are
+// methodKey's, and they stop at maxMethodKeys, past which the keys are
 // still right.
 func TestMethodKeysRemembered(t *testing.T) {
 	var k methodKeys
@@ -46,14 +46,14 @@ func TestMethodKeysRemembered(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = k.key("payment:443", "/svc/M") }); n != 0 {
 		t.Errorf("a remembered key: %v allocations, want 0", n)
 	}
-	for n := range maxLimiterKeys + 10 {
+	for n := range maxMethodKeys + 10 {
 		m := fmt.Sprintf("/svc/M%d", n)
 		if got, want := k.key("a b", m), methodKey("a b", m); got != want {
 			t.Fatalf("key %q, want %q", got, want)
 		}
 	}
-	if got := len(*k.m.Load()); got != maxLimiterKeys {
-		t.Errorf("%d keys remembered, want %d", got, maxLimiterKeys)
+	if got := len(*k.m.Load()); got != maxMethodKeys || !k.full.Load() {
+		t.Errorf("%d keys remembered (full %v), want %d", got, k.full.Load(), maxMethodKeys)
 	}
 	var none *methodKeys
 	if got, want := none.key("payment:443", "/svc/M"), methodKey("payment:443", "/svc/M"); got != want {

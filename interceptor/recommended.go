@@ -18,15 +18,13 @@ import (
 //		interceptor.WithAdaptive(set),                  // outages, partial loss, hangs, recovery
 //		interceptor.WithBudget(budget.Config{}),        // random failures: retries <= 20 % (+10/s)
 //		interceptor.WithAdmission(admission.Config{}), // server: real overload, a slow dependency's queue
-//		interceptor.WithPerMethodKeys(),                // one method failing does not shed the others
 //	)
 //
 // which is the form to write out to change a part; an option appended
 // to Recommended() replaces its own (WithBudget, WithAdmission,
 // WithAdaptive), but another retry limiter next to its budget is an
-// error. Leave out WithPerMethodKeys to key the client's state by target
-// alone (fewer keys, one metric series per target; but a method that
-// fails everything then sheds the target's other methods too).
+// error. The client's state is kept per target, whatever the method
+// (see WithPerMethodKeys for what keying it per method costs).
 //
 // It is silent where protection must not fire: on a healthy service at
 // capacity loaded by a fixed number of callers, however many, nothing is
@@ -34,8 +32,9 @@ import (
 // replica of several are retried away (a lone failure of a healthy target
 // at once, under the budget); a target that answers "busy" is slowed down
 // for, never called down; a method that fails everything (a watch whose
-// backend is down) is throttled on its own, not its target's other
-// methods. It fires on a dead or hanging target, a partial loss, and
+// backend is down) is shed on its own evidence, and the target's other
+// methods no more than their own outcomes say. It fires on a dead or
+// hanging target, a partial loss, and
 // real overload (arrivals faster than completions), where a server
 // refuses only what it could not serve within its latency target or the
 // caller's deadline.
@@ -55,6 +54,5 @@ func Recommended() []Option {
 		throttle,
 		WithBudget(budget.Config{}),
 		WithAdmission(admission.Config{}),
-		WithPerMethodKeys(),
 	}
 }
