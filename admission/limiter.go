@@ -345,6 +345,7 @@ type Limiter struct {
 	roomSeen    atomic.Bool
 	perDone     atomic.Int64                  // nanoseconds per completion, over the last rateWindows; 0: unknown
 	stalled     atomic.Int64                  // nanoseconds of the last rateWindows, when none of them completed anything; else 0
+	lateLately  atomic.Bool                   // a request of the last rateWindows was Abandoned (see Latency)
 	threshold   [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	baseNow     atomic.Int64                  // nanoseconds: the base the thresholds use
 	lastMean    atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
@@ -900,6 +901,11 @@ func (l *Limiter) roll(at int64) {
 	per, stalled := l.timePerDone()
 	l.perDone.Store(per)
 	l.stalled.Store(stalled)
+	late := false
+	for i := range min(rateWindows, l.histN) {
+		late = late || l.recent(i).abandoned > 0
+	}
+	l.lateLately.Store(late)
 	l.hist[at0].queued = l.suspect.Load()
 	if l.floorFor > 0 && !l.overloaded.Load() {
 		l.floorFor-- // checkModel's floor lasts historyWindows windows outside an overload
@@ -1507,8 +1513,10 @@ func (l *Limiter) Overloaded() bool { return l.overloaded.Load() }
 
 // Latency returns the latency a new request can expect; zero before
 // anything completed. While the server is overloaded or suspect (see
-// Limiter), it is (in flight + 1) x the time per completion over the
-// last windows; otherwise the mean latency of the recent successes: the
+// Limiter), or requests ended lately after their callers left (a hang
+// below: the successes' mean is from before it), it is (in flight + 1) x
+// the time per completion over the last windows; otherwise the mean
+// latency of the recent successes: the
 // time per completion is the server's rate only while it is saturated,
 // and over windows that were mostly idle it read 11 to 15 s for a server
 // answering in 30 ms, the moment a batch job's 64 workers started (a
@@ -1522,7 +1530,7 @@ func (l *Limiter) Latency() time.Duration {
 	switch mean := l.lastMean.Load(); {
 	case per == 0 && in > 0:
 		per = l.stalled.Load()
-	case per > 0 && mean > 0 && !l.overloaded.Load() && !l.suspect.Load():
+	case per > 0 && mean > 0 && !l.overloaded.Load() && !l.suspect.Load() && !l.lateLately.Load():
 		return time.Duration(mean)
 	}
 	return time.Duration((in + 1) * per)

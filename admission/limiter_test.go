@@ -241,6 +241,46 @@ func TestLatencyAfterIdle(t *testing.T) {
 	}
 }
 
+// Through a hang below, whose requests all end at their callers'
+// deadlines, Latency reads what they take, not the successes' mean from
+// before it (a review: 30 ms with 90-100 in flight, once the server had
+// left its suspect phase).
+func TestLatencyThroughHang(t *testing.T) {
+	l, clk := newLimiter(t, Config{})
+	for range 2000 { // healthy: 1 ms each, 100 a second
+		p, err := l.Acquire(ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+		p.Release(Measured)
+		clk.Advance(9 * time.Millisecond)
+	}
+	type req struct {
+		p  Permit
+		at time.Time
+	}
+	var held []req
+	defer func() {
+		for _, r := range held {
+			r.p.Release(Ignored)
+		}
+	}()
+	for range 500 { // 5 s of a hang: each request ends at its 1 s deadline
+		if p, err := l.Acquire(ClassFirst, clk.Now().Add(time.Second)); err == nil {
+			held = append(held, req{p, clk.Now()})
+		}
+		clk.Advance(10 * time.Millisecond)
+		for len(held) > 0 && clk.Now().Sub(held[0].at) >= time.Second {
+			held[0].p.Release(Abandoned)
+			held = held[1:]
+		}
+	}
+	if lat := l.Latency(); lat < 500*time.Millisecond {
+		t.Fatalf("Latency %v after 5 s of requests ending at their 1 s deadlines, %d in flight: want about 1 s", lat, l.InFlight())
+	}
+}
+
 // While requests are in flight and none completes (a stall, or a hang
 // below), Latency is not zero: the time per completion is at least the
 // windows in which none came. Read as zero, its gauge stayed at zero for

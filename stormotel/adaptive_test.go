@@ -154,13 +154,9 @@ func TestTrackThrottles(t *testing.T) {
 		}
 	}
 	got := collect(t, r)
-	// Recommended keys its throttles by target and method; own, by
-	// target.
 	want := map[string]string{
-		"stormguard.adaptive.rejection_probability{stormguard.target=payment /svc/M}": "0",
-		"stormguard.adaptive.down{stormguard.target=payment /svc/M}":                  "0",
-		"stormguard.adaptive.rejection_probability{stormguard.target=payment}":        "0",
-		"stormguard.adaptive.down{stormguard.target=payment}":                         "0",
+		"stormguard.adaptive.rejection_probability{stormguard.target=payment}": "0",
+		"stormguard.adaptive.down{stormguard.target=payment}":                  "0",
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("gauges:\n%s", diff(got, want))

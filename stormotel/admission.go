@@ -74,7 +74,7 @@ func NewAdmission(mp metric.MeterProvider) (*Admission, error) {
 	a.inflight = in.intGauge("stormguard.admission.in_flight", "{request}",
 		"Requests admitted and not finished, per server.")
 	a.latency = in.floatGauge("stormguard.admission.latency", "s",
-		"The latency a new request can expect: (in flight + 1) x the time per completion of the last windows, per server.")
+		"The latency a new request can expect, per server: the recent successes' mean, or, while overloaded, suspect or through a hang below, (in flight + 1) x the time per completion of the last windows (admission.Limiter.Latency).")
 	a.queue = in.intGauge("stormguard.admission.queue", "{request}",
 		"Requests waiting in the admission limiter's queue, per server.")
 	a.serving = in.intGauge("stormguard.health.serving", "{state}",

@@ -79,8 +79,7 @@
 // connection's target, normalized so that the spellings of one address are
 // one target ("dns:///payment:443", "passthrough:///payment:443" and
 // "payment:443" are all "payment:443"; other schemes are kept), with the
-// method appended under interceptor.WithPerMethodKeys (which
-// interceptor.Recommended includes). The client
+// method appended under interceptor.WithPerMethodKeys. The client
 // instruments carry it, so a platform team can see which dependency a
 // service retries and is refused on; the server instruments do not (a
 // server's callers are not its targets).

@@ -50,11 +50,11 @@ type Params struct {
 	// of the requests started in the RecoveryWithin after the overload;
 	// slices of OverSlice. 4b: the same with a CPU-bound payment
 	// (CPUUnits) at CPUCallers, CPUFactors and CPUStacks (report only).
-	// AtLeastNominal makes the factors of 4 scale at least Pool's
-	// nominal capacity, Workers/Hold (the measurement still runs and is
-	// shown): a test beside other packages' tests on 2 cores measured a
-	// quarter of its pool's capacity, and "4x" of that was served in
-	// full, no overload.
+	// AtLeastNominal makes the factors of a worker-pool payment (4 and
+	// 6) scale at least the pool's nominal capacity, Workers/Hold (the
+	// measurement still runs and is shown): a test beside other
+	// packages' tests on 2 cores measured a quarter of its pool's
+	// capacity, and "4x" of that was served in full, no overload.
 	Pool              Work
 	AtLeastNominal    bool
 	PoolCallers       []int
@@ -470,7 +470,7 @@ func (h *Harness) overload(ctx context.Context, kind int) error {
 	fmt.Fprint(h.Out, title)
 
 	atLeast := 0.0
-	if kind == overloadPool && p.AtLeastNominal && pay.Hold > 0 {
+	if kind != overloadCPU && p.AtLeastNominal && pay.Hold > 0 {
 		atLeast = float64(pay.Workers) / pay.Hold.Seconds()
 	}
 	capacity, err := h.capacityOf(ctx, spec, callers, atLeast)
