@@ -39,15 +39,15 @@
 //     retry" mark; or raise K for it (silent up to 1 - 1/K).
 //     The requests of each kind (AllowFor: the interceptor passes the
 //     method) are counted on their own too, for up to eight kinds at a
-//     time: a kind is shed with its own probability where that is lower
-//     than the target's, and a kind that fails nearly everything (at
-//     least minRequests in the window, under one in ten accepted and
-//     under one in ten answered busy) with its own whatever the
-//     target's. So one method failing everything (a watch whose backend
-//     is down, re-opened at once by its callers) is shed on its own
-//     evidence, and does not shed the target's other methods (a user's
-//     trial: 16-39 % of the healthy unary calls served beside it with one
-//     probability for all, 100 % by kind).
+//     time: a kind with ten outcomes or more in the window is shed with
+//     its own probability where that is lower than the target's. So one
+//     method failing everything (a watch whose backend is down,
+//     re-opened at once by its callers) does not shed the target's
+//     other, busy methods (a user's trial: 16-39 % of the healthy unary
+//     calls served beside it with one probability for all, 100 % by
+//     kind); it is itself shed as the target is. A method called fewer
+//     than ten times a window is shed as the target is, and the down
+//     state, probes and holds stay the target's.
 //     Only overload outcomes count against the target (UNAVAILABLE, a
 //     hang until a deadline); any other answer is an accept (the
 //     interceptor reports RESOURCE_EXHAUSTED as nothing, a quota far

@@ -8,7 +8,7 @@ import (
 
 // A kind that fails everything beside one that is served: the served
 // kind is never shed and the target never goes down, while the failing
-// kind is shed on its own evidence; a kind not seen yet goes out. With one
+// kind is shed as the target is. With one
 // probability for all, the served kind was shed with the failing one (a
 // user's trial: 16-39 % of a server's healthy unary calls while its watch
 // failed, retries off 100 %).
@@ -16,6 +16,14 @@ func TestKindFailingAloneShedsOnlyItself(t *testing.T) {
 	th, clk := newTest(t, Config{Rand: nil})
 	draws := 0
 	th.rand = func() float64 { draws++; return float64(draws%100) / 100 } // spread over [0, 1)
+	for range 100 {                                                       // 1 s of healthy gets first
+		p, err := th.AllowFor(false, "/svc/Get")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(Accept)
+		clk.Advance(10 * time.Millisecond)
+	}
 	sentWatch, watches := 0, 0
 	for i := range 300 { // 3 s: 20 watch opens and one get every 10 ms
 		for range 20 {
@@ -30,13 +38,8 @@ func TestKindFailingAloneShedsOnlyItself(t *testing.T) {
 			t.Fatalf("get %d: %v, with the watch failing; want allowed (stats %+v)", i, err, th.Stats())
 		}
 		p.Done(Accept)
-		if i == 150 {
-			if th.RetryAllowedFor("/svc/Get") != true || th.HealthyFor("/svc/Get") != true {
-				t.Errorf("a get's retry refused, or the get not healthy, while only the watch fails")
-			}
-			if th.RetryAllowedFor("/svc/Watch") {
-				t.Errorf("a retry of the watch allowed while it fails everything")
-			}
+		if i == 150 && th.RetryAllowedFor("/svc/Watch") {
+			t.Errorf("a retry of the watch allowed while it fails everything")
 		}
 		clk.Advance(10 * time.Millisecond)
 	}
@@ -44,77 +47,133 @@ func TestKindFailingAloneShedsOnlyItself(t *testing.T) {
 	if st.Downs != 0 {
 		t.Errorf("%d downs, want none: the target serves its gets", st.Downs)
 	}
-	if sentWatch*10 > watches {
-		t.Errorf("%d of %d watch opens sent, want them shed on their own evidence (under a tenth)", sentWatch, watches)
-	}
-	// A kind not seen yet goes out, to learn what it gets.
-	if _, err := th.AllowFor(false, "/svc/New"); err != nil {
-		t.Errorf("a new kind: %v, want allowed", err)
+	if sentWatch*2 > watches {
+		t.Errorf("%d of %d watch opens sent, want them shed as the target is (under half)", sentWatch, watches)
 	}
 }
 
-// A kind's probability is never above the target's while the kind gets
-// accepts; a kind that failed everything is shed on its own evidence;
-// and past maxKinds kinds in the window, another kind is shed as the
-// target is.
+// A kind's probability is its own where that is lower than the
+// target's, never higher (a kind that fails everything is shed as the
+// target is); past maxKinds kinds in the window, another kind is shed
+// as the target is.
 func TestKindProbabilityBounded(t *testing.T) {
 	th, clk := newTest(t, Config{})
-	for i := range 100 { // the kinds fail: the target sheds
-		for k := range maxKinds {
-			if p, err := th.AllowFor(false, fmt.Sprintf("k%d", k)); err == nil {
-				if k%2 == 0 && i%4 == 0 {
-					p.Done(Accept) // the even kinds: one in four accepted
-				} else {
-					p.Done(Overload)
-				}
+	permits := map[int][]Permit{}
+	for k := range maxKinds { // taken while the target is healthy
+		for range 40 {
+			p, err := th.AllowFor(false, fmt.Sprintf("k%d", k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			permits[k] = append(permits[k], p)
+		}
+	}
+	clk.Advance(time.Millisecond)
+	for k := range maxKinds {
+		for i, p := range permits[k] {
+			if k%2 == 0 && i%4 == 0 {
+				p.Done(Accept) // the even kinds: one in four accepted
+			} else {
+				p.Done(Overload) // the odd ones: none
 			}
 		}
-		clk.Advance(time.Millisecond)
+	}
+	if ok, err := th.AllowFor(false, "k0"); err == nil {
+		ok.Done(Accept) // the run of failures ends with an accept
 	}
 	el := th.elapsed()
 	th.mu.Lock()
-	defer th.mu.Unlock()
 	pt := th.probability(el)
 	if pt == 0 {
+		th.mu.Unlock()
 		t.Fatal("setup: the target does not shed")
 	}
 	for k := range maxKinds {
 		pk := th.kindProbability(el, fmt.Sprintf("k%d", k), pt)
 		switch {
-		case k%2 == 0 && (pk > pt || pk == 0):
-			t.Errorf("kind k%d, accepted at times: %v with the target at %v, want (0, target]", k, pk, pt)
-		case k%2 == 1 && pk <= pt:
-			t.Errorf("kind k%d, failing everything: %v with the target at %v, want more", k, pk, pt)
+		case k%2 == 0 && pk >= pt:
+			t.Errorf("kind k%d, accepted one in four: %v with the target at %v, want less", k, pk, pt)
+		case k%2 == 1 && pk != pt:
+			t.Errorf("kind k%d, failing everything: %v with the target at %v, want the target's", k, pk, pt)
 		}
 	}
 	if pk := th.kindProbability(el, "one more", pt); pk != pt {
 		t.Errorf("a kind past %d: %v, want the target's %v", maxKinds, pk, pt)
 	}
+	th.mu.Unlock()
 }
 
-// A kind answered busy (admission control refusing it) is not a kind
-// that fails everything: it is shed no harder than the target.
-func TestKindBusyIsNotFailing(t *testing.T) {
+// The retry rules follow the kind: while the target sheds because one
+// kind fails everything, a failure of a kind it serves is retried (at
+// once: healthy), and one of the failing kind is not.
+func TestKindRetryRules(t *testing.T) {
 	th, clk := newTest(t, Config{})
-	for range 100 {
-		for range 5 {
-			if p, err := th.AllowFor(false, "busy"); err == nil {
-				p.Done(Busy)
+	take := func(kind string, n int) []Permit {
+		var ps []Permit
+		for range n {
+			p, err := th.AllowFor(false, kind)
+			if err != nil {
+				t.Fatalf("%s: %v", kind, err)
 			}
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	good, bad := take("good", 20), take("bad", 200) // taken while healthy
+	clk.Advance(time.Millisecond)
+	for _, p := range good {
+		p.Done(Accept)
+	}
+	for _, p := range bad {
+		p.Done(Overload)
+	}
+	take("good", 1)[0].Done(Accept) // the run of failures ends
+	if th.RetryAllowed() {
+		t.Fatal("setup: the target does not shed")
+	}
+	if !th.RetryAllowedFor("good") || !th.HealthyFor("good") {
+		t.Error("a kind the target serves: its retry refused, or not healthy")
+	}
+	if th.RetryAllowedFor("bad") || th.HealthyFor("bad") {
+		t.Error("a kind failing everything: its retry allowed, or healthy")
+	}
+}
+
+// A healthy kind whose answers come more than a window after it asked
+// (a slow method, a stream's first message), failing now and then at
+// once, beside a fast kind, is not shed: a kind is never shed harder than
+// the target (a review of a rule that shed a kind failing nearly
+// everything on its own evidence: 1 % random failures shed 15.6 % of
+// such a kind, 2 % 67.7 %).
+func TestKindSlowAcceptsCount(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	type pending struct {
+		p  Permit
+		at time.Duration
+	}
+	var queue []pending
+	refused, asked := 0, 0
+	for i := range 4000 { // 4 s, one call a millisecond, answered after 1.5 s
+		now := time.Duration(i) * time.Millisecond
+		for len(queue) > 0 && queue[0].at <= now {
+			queue[0].p.Done(Accept)
+			queue = queue[1:]
 		}
 		if p, err := th.AllowFor(false, "get"); err == nil {
-			p.Done(Accept)
+			p.Done(Accept) // a fast kind the target serves
+		}
+		asked++
+		p, err := th.AllowFor(false, "slow")
+		if err != nil {
+			refused++
+		} else if i%50 == 0 {
+			p.Done(Overload) // 2 % fail at once
+		} else {
+			queue = append(queue, pending{p, now + 1500*time.Millisecond})
 		}
 		clk.Advance(time.Millisecond)
 	}
-	el := th.elapsed()
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	pt := th.probability(el)
-	if pk := th.kindProbability(el, "busy", pt); pk > pt {
-		t.Errorf("a kind answered busy: %v with the target at %v, want no more", pk, pt)
-	}
-	if th.kindFailsAll(el) {
-		t.Error("a kind answered busy counted as failing everything")
+	if refused != 0 {
+		t.Errorf("%d of %d calls of a slow, healthy kind refused at 2 %% random failures, want none", refused, asked)
 	}
 }

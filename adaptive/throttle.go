@@ -139,7 +139,6 @@ const (
 type bucket struct {
 	idx      int64 // elapsed / width of the time this bucket counts
 	req, acc int64
-	busy     int64 // of req, answered busy (kinds' windows only: see failsAll)
 }
 
 // latClasses is the number of latency classes of Throttle.lat: class c
@@ -283,7 +282,7 @@ func (t *Throttle) publish(el int64) {
 		t.p = t.probability(el)
 	}
 	w := t.gen << 1
-	if !t.down && t.run < quietRunMin && t.p == 0 && !t.kindFailsAll(el) {
+	if !t.down && t.run < quietRunMin && t.p == 0 {
 		// From quietRunMin failures in a row on, whether a retry passes
 		// depends on the time from the last accept to the last failure
 		// (quietRun): Allow must look.
@@ -336,9 +335,8 @@ func (t *Throttle) Allow(retry bool) (Permit, error) { return t.AllowFor(retry, 
 // AllowFor is Allow for a request of a kind: the method of a gRPC call,
 // or whatever part of the target a request reaches ("" for none). The
 // outcomes of a kind also count on their own, and the proportional rule
-// sheds a kind by them where that differs (see the package
-// documentation, rule 1): a kind that fails nearly everything on its own
-// evidence, the others no more than theirs. While
+// sheds a kind no more than they say (see the package documentation,
+// rule 1). While
 // the target is down, a probe that failed for one kind is followed by
 // a probe for another kind, if one asks before the next request of the
 // failed kind that may probe does after it: a target that serves several
@@ -395,7 +393,6 @@ func (t *Throttle) probability(el int64) float64 {
 		// remembers is over. Forget it, so that the target gets its
 		// traffic back now rather than as the buckets age.
 		t.buckets = [numBuckets]bucket{}
-		t.clearKinds()
 		return 0
 	}
 	return p
@@ -607,7 +604,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 			changed = t.revivedBy(gen)
 			t.accepted, t.lastAccept = true, el
 		} else if gen == t.gen {
-			t.count(el, kind, 1, 0, 1)
+			t.count(el, kind, 1, 0)
 		}
 	case Accept:
 		if d := el - at; d <= int64(t.cfg.Window) {
@@ -623,10 +620,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 		if t.down {
 			changed = t.revivedBy(gen)
 		} else if gen == t.gen {
-			if el-at > int64(t.cfg.Window) {
-				kind = "" // see count
-			}
-			t.count(el, kind, 1, 1, 0)
+			t.count(el, kind, 1, 1)
 		}
 	case Overload:
 		if t.down && probe && gen == t.gen {
@@ -655,7 +649,10 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 		if t.down || gen != t.gen {
 			break
 		}
-		t.count(el, kind, n, 0, 0)
+		if n > 1 {
+			kind = "" // silences of any kind (see silences): the target's
+		}
+		t.count(el, kind, n, 0)
 		if t.run == 0 {
 			t.runStart = from
 		}
@@ -746,7 +743,6 @@ func (t *Throttle) setUp() {
 	t.run = 0
 	t.p = 0
 	t.buckets = [numBuckets]bucket{}
-	t.clearKinds()
 	// The bucket array is indexed from the throttle's start; an empty
 	// bucket with idx 0 is harmless wherever it lies.
 }
@@ -968,7 +964,6 @@ func sumOf(bs *[numBuckets]bucket, el, width int64) (sum bucket) {
 		if b.idx > idx-numBuckets && b.idx <= idx {
 			sum.req += b.req
 			sum.acc += b.acc
-			sum.busy += b.busy
 		}
 	}
 	return sum

@@ -198,6 +198,21 @@ func TestFastFailuresKeepBase(t *testing.T) {
 	}
 }
 
+// served runs n requests one after another through l, each served in
+// 1 ms, gap apart.
+func served(t *testing.T, l *Limiter, clk *clock.Fake, n int, gap time.Duration) {
+	t.Helper()
+	for range n {
+		p, err := l.Acquire(ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+		p.Release(Measured)
+		clk.Advance(gap)
+	}
+}
+
 // After an idle stretch, Latency is what the recent requests took, not
 // the requests in flight times the time per completion over windows that
 // were mostly idle: read so, a server answering in about 30 ms read 11 to
@@ -205,24 +220,9 @@ func TestFastFailuresKeepBase(t *testing.T) {
 // (a user's trial), and a gauge of it would page at every batch start.
 func TestLatencyAfterIdle(t *testing.T) {
 	l, clk := newLimiter(t, Config{})
-	for range 200 { // healthy: 1 ms each, one at a time
-		p, err := l.Acquire(ClassFirst, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		clk.Advance(time.Millisecond)
-		p.Release(Measured)
-	}
-	clk.Advance(2 * time.Second) // idle
-	for range 3 {                // a few requests, far apart
-		p, err := l.Acquire(ClassFirst, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		clk.Advance(time.Millisecond)
-		p.Release(Measured)
-		clk.Advance(300 * time.Millisecond)
-	}
+	served(t, l, clk, 200, 0)                  // healthy: 1 ms each, one at a time
+	clk.Advance(2 * time.Second)               // idle
+	served(t, l, clk, 3, 300*time.Millisecond) // a few requests, far apart
 	var held []Permit
 	defer func() {
 		for _, p := range held {
@@ -247,15 +247,7 @@ func TestLatencyAfterIdle(t *testing.T) {
 // left its suspect phase).
 func TestLatencyThroughHang(t *testing.T) {
 	l, clk := newLimiter(t, Config{})
-	for range 2000 { // healthy: 1 ms each, 100 a second
-		p, err := l.Acquire(ClassFirst, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		clk.Advance(time.Millisecond)
-		p.Release(Measured)
-		clk.Advance(9 * time.Millisecond)
-	}
+	served(t, l, clk, 2000, 9*time.Millisecond) // healthy: 1 ms each, 100 a second
 	type req struct {
 		p  Permit
 		at time.Time

@@ -32,9 +32,9 @@ import (
 // replica of several are retried away (a lone failure of a healthy target
 // at once, under the budget); a target that answers "busy" is slowed down
 // for, never called down; a method that fails everything (a watch whose
-// backend is down) is shed on its own evidence, and the target's other
-// methods no more than their own outcomes say. It fires on a dead or
-// hanging target, a partial loss, and
+// backend is down) sheds the target's other busy methods no more than
+// their own outcomes say. It fires on a dead or hanging target, a
+// partial loss, and
 // real overload (arrivals faster than completions), where a server
 // refuses only what it could not serve within its latency target or the
 // caller's deadline.

