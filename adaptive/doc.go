@@ -82,10 +82,11 @@
 //     30 % random failures it happens to about one failure in 5000), or
 //     for 50 ms if they all came within 5 ms (the calls in flight on a
 //     connection that broke, one replica of several killed, whose
-//     retries the others serve), while p > 0, and, for a
-//     client too quiet to see accepts between its attempts, after 2
-//     failures in a row, the last DownAfter or more after the last
-//     accept (measured to the failure, so that a backoff waited before
+//     retries the others serve), while p > 0 (the p of the request's
+//     kind, rule 1), and, for a client too quiet to see accepts between
+//     its attempts, after 2 failures in a row, the last DownAfter or
+//     more after the last accept (measured to the failure, so that a
+//     backoff waited before
 //     the retry does not turn an allowed retry into a refusal): a quiet
 //     client retries a lone failure only (two attempts: 91 % success at
 //     30 % random failures). A retry into a failing target is what

@@ -76,11 +76,10 @@ func (t *Throttle) count(el int64, kind string, req, acc int64) {
 // first kept). Shedding a kind that fails everything harder than the
 // target was tried: a slow kind, whose accepts come more than a window
 // after it asked, read as one from a few random failures and kept itself
-// shed. The kinds' windows outlast the target's when that is emptied
-// (every attempt accepted for DownAfter, or the target back up):
-// emptied too, a served kind met a burst of the failing kind with fewer
-// than minRequests outcomes of its own, and was shed as the target was.
-// t.mu is held.
+// shed. The kinds' windows are emptied with the target's (see
+// clearKinds): a served kind then meets a burst of a failing one with
+// fewer than minRequests outcomes of its own, and is shed as the target
+// is until it has them. t.mu is held.
 func (t *Throttle) kindProbability(el int64, kind string, p float64) float64 {
 	if p == 0 {
 		return 0
@@ -94,4 +93,15 @@ func (t *Throttle) kindProbability(el int64, kind string, p float64) float64 {
 		return p // too few of its own to tell
 	}
 	return min(p, max(0, (float64(w.req)-t.cfg.K*float64(w.acc))/float64(w.req+1)))
+}
+
+// clearKinds empties the kinds' windows with the target's, so that a
+// client of one kind sheds and retries exactly as it would without
+// kinds (kept, a kind's older accepts let its retries go into a target
+// just back up and failing again, where the target's empty window
+// would not have). t.mu is held.
+func (t *Throttle) clearKinds() {
+	for i := range t.kinds {
+		t.kinds[i].buckets = [numBuckets]bucket{}
+	}
 }

@@ -177,3 +177,125 @@ func TestKindSlowAcceptsCount(t *testing.T) {
 		t.Errorf("%d of %d calls of a slow, healthy kind refused at 2 %% random failures, want none", refused, asked)
 	}
 }
+
+// oneKindScenario plays scenario name for a client of one kind (kind ""
+// decides without kinds) and returns whether its next first attempt,
+// drawn at u, is allowed, whether a retry is, and whether it is healthy,
+// and the target's probability.
+func oneKindScenario(t *testing.T, kind, name string, u float64) (decisions [3]bool, pt float64) {
+	th, clk := newTest(t, Config{})
+	take := func(n int) []Permit {
+		var ps []Permit
+		for range n {
+			p, err := th.AllowFor(false, kind)
+			if err != nil {
+				t.Fatalf("%s/%q: setup refused: %v", name, kind, err)
+			}
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	switch name {
+	case "cleared": // the window forgotten after DownAfter of accepts
+		ps := take(40)
+		clk.Advance(time.Millisecond)
+		for i, p := range ps {
+			if i%5 == 0 {
+				p.Done(Accept)
+			} else {
+				p.Done(Overload)
+			}
+		}
+		clk.Advance(60 * time.Millisecond)
+		for _, p := range take(3) {
+			p.Done(Accept) // fresh = 3, DownAfter after the last failure: target window emptied
+		}
+		clk.Advance(time.Millisecond)
+		for _, p := range take(12) {
+			p.Done(Overload)
+		}
+	case "revived", "revived-retry": // back up: setUp empties the target's window
+		ps := take(40)
+		clk.Advance(time.Millisecond)
+		for _, p := range ps {
+			p.Done(Accept)
+		}
+		clk.Advance(100 * time.Millisecond)
+		for !th.Down() {
+			p, err := th.AllowFor(false, kind)
+			if err == nil {
+				p.Done(Overload)
+			}
+			clk.Advance(5 * time.Millisecond)
+		}
+		for th.Down() {
+			clk.Advance(10 * time.Millisecond)
+			if p, err := th.AllowFor(false, kind); err == nil {
+				p.Done(Accept)
+			}
+		}
+		n, every := 12, 100
+		if name == "revived-retry" {
+			n, every = 16, 4
+		}
+		for i, p := range take(n) {
+			if i%every == every-1 {
+				p.Done(Accept)
+			} else {
+				p.Done(Overload)
+			}
+		}
+	case "silences": // silences counted together (n > 1)
+		ps := take(35)
+		clk.Advance(time.Millisecond)
+		for _, p := range ps[10:] {
+			p.Done(Overload)
+		}
+		for _, p := range ps[:10] {
+			p.Done(Accept) // latency 1 ms; the run ends
+		}
+		clk.Advance(time.Millisecond)
+		first := take(5)
+		clk.Advance(2 * time.Millisecond)
+		for _, p := range first {
+			p.Done(Silence) // within DownAfter of the first: not counted yet
+		}
+		clk.Advance(25 * time.Millisecond)
+		take(1)[0].Done(Overload) // a failure meanwhile: the window is not forgotten
+		clk.Advance(25 * time.Millisecond)
+		last := take(1)
+		clk.Advance(2 * time.Millisecond)
+		last[0].Done(Silence) // n = 6
+		if th.Down() {
+			t.Fatalf("setup: down")
+		}
+	}
+	th.mu.Lock()
+	pt = th.probability(th.elapsed())
+	th.mu.Unlock()
+	decisions[1], decisions[2] = th.RetryAllowedFor(kind), th.HealthyFor(kind)
+	th.rand = fixedRand(u)
+	_, err := th.AllowFor(false, kind)
+	decisions[0] = err == nil
+	return decisions, pt
+}
+
+// A client of one kind decides exactly as without kinds: first attempts,
+// retries and the retry-at-once rule, after the target's window was
+// forgotten, after the target came back up, and after silences counted
+// together (a review: the kinds' windows kept past the target's let
+// such a client retry at once into a target just back up and failing
+// again; silences counted for the target only, and trials counted for no
+// kind, shed it less).
+func TestOneKindDecidesAsTarget(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		u    float64
+	}{{"cleared", 0.5}, {"revived", 0.5}, {"revived-retry", 0.5}, {"silences", 0.2}} {
+		before, pb := oneKindScenario(t, "", c.name, c.u)
+		now, pn := oneKindScenario(t, "/svc/Only", c.name, c.u)
+		if before != now || pb != pn {
+			t.Errorf("%s: without kinds (allow, retry, healthy) %v at p %.3f; one kind %v at p %.3f", c.name, before, pb, now, pn)
+		}
+	}
+}

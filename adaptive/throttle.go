@@ -335,8 +335,9 @@ func (t *Throttle) Allow(retry bool) (Permit, error) { return t.AllowFor(retry, 
 // AllowFor is Allow for a request of a kind: the method of a gRPC call,
 // or whatever part of the target a request reaches ("" for none). The
 // outcomes of a kind also count on their own, and the proportional rule
-// sheds a kind no more than they say (see the package documentation,
-// rule 1). While
+// sheds a kind no more than the target, and no more than its own
+// outcomes say once it has ten in the window (up to eight kinds; see the
+// package documentation, rule 1). While
 // the target is down, a probe that failed for one kind is followed by
 // a probe for another kind, if one asks before the next request of the
 // failed kind that may probe does after it: a target that serves several
@@ -393,6 +394,7 @@ func (t *Throttle) probability(el int64) float64 {
 		// remembers is over. Forget it, so that the target gets its
 		// traffic back now rather than as the buckets age.
 		t.buckets = [numBuckets]bucket{}
+		t.clearKinds()
 		return 0
 	}
 	return p
@@ -454,18 +456,21 @@ func (t *Throttle) HealthyFor(kind string) bool {
 // other shut after the target is back. Trials are rare by construction
 // (admission lets in at most one per four mean latencies, and only while
 // nothing is served), and ProbeInterval still spaces the probes.
-func (t *Throttle) AllowTrial() (Permit, error) {
+func (t *Throttle) AllowTrial() (Permit, error) { return t.AllowTrialFor("") }
+
+// AllowTrialFor is AllowTrial for a request of a kind (see AllowFor).
+func (t *Throttle) AllowTrialFor(kind string) (Permit, error) {
 	if w := t.word.Load(); w&1 == 1 {
-		return t.Allow(false) // up and healthy: no lock
+		return t.AllowFor(false, kind) // up and healthy: no lock
 	}
 	u := t.draw()
 	el := t.elapsed()
 	t.mu.Lock()
 	if !t.down {
 		t.mu.Unlock()
-		return t.Allow(false)
+		return t.AllowFor(false, kind)
 	}
-	return t.allowDown(el, u, false, true, false, "")
+	return t.allowDown(el, u, false, true, false, kind)
 }
 
 // AllowAgain is AllowFor(false, kind) for a request refused because the
@@ -649,9 +654,6 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 		if t.down || gen != t.gen {
 			break
 		}
-		if n > 1 {
-			kind = "" // silences of any kind (see silences): the target's
-		}
 		t.count(el, kind, n, 0)
 		if t.run == 0 {
 			t.runStart = from
@@ -743,6 +745,7 @@ func (t *Throttle) setUp() {
 	t.run = 0
 	t.p = 0
 	t.buckets = [numBuckets]bucket{}
+	t.clearKinds()
 	// The bucket array is indexed from the throttle's start; an empty
 	// bucket with idx 0 is harmless wherever it lies.
 }

@@ -158,7 +158,7 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	trial := !retry && c.servesTrial()
 	ask := func() (adaptive.Permit, error) {
 		if trial {
-			return t.AllowTrial()
+			return t.AllowTrialFor(c.method)
 		}
 		return t.AllowFor(retry, c.method)
 	}
@@ -175,7 +175,7 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	if errors.Is(err, adaptive.ErrDown) && !retry && !c.cfg.noHold {
 		again := func() (adaptive.Permit, error) {
 			if trial {
-				return t.AllowTrial()
+				return t.AllowTrialFor(c.method)
 			}
 			return t.AllowAgain(c.method)
 		}

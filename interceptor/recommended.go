@@ -32,8 +32,8 @@ import (
 // replica of several are retried away (a lone failure of a healthy target
 // at once, under the budget); a target that answers "busy" is slowed down
 // for, never called down; a method that fails everything (a watch whose
-// backend is down) sheds the target's other busy methods no more than
-// their own outcomes say. It fires on a dead or hanging target, a
+// backend is down) sheds the target's methods called ten times a window
+// or more no more than their own outcomes say. It fires on a dead or hanging target, a
 // partial loss, and
 // real overload (arrivals faster than completions), where a server
 // refuses only what it could not serve within its latency target or the

@@ -52,7 +52,13 @@ func TestRecommended(t *testing.T) {
 func TestRecommendedOneMethodFailing(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var events recorder
-	i := mustNew(t, append(Recommended(), WithAdaptive(newAdaptive(t, clk, &events)), WithObserver(&events), noWait)...)
+	draws := 0
+	set, err := adaptive.NewSet(adaptive.Config{Clock: clk, Hold: -1, OnDown: AdaptiveObserver(&events),
+		Rand: func() float64 { draws++; return float64(draws%100) / 100 }}, 0) // spread over [0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := mustNew(t, append(Recommended(), WithAdaptive(set), WithObserver(&events), noWait)...)
 	sent := map[string]int{}
 	invoke := func(_ context.Context, method string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 		sent[method]++
