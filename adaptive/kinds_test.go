@@ -299,3 +299,40 @@ func TestOneKindDecidesAsTarget(t *testing.T) {
 		}
 	}
 }
+
+// With several kinds, the kinds' windows outlast the target's: after a
+// short down that a kind failing everything caused (a pause of the
+// served kind's calls), the served kind's window still says it is
+// served, and the failing kind's next burst does not shed it (a user's
+// trial, the windows emptied at each of 5-7 downs: 24-75 % of the unary
+// calls served beside a failing watch, 100 % kept).
+func TestKindWindowsOutlastADown(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	call := func(kind string, o Outcome) error {
+		p, err := th.AllowFor(false, kind)
+		if err == nil {
+			p.Done(o)
+		}
+		return err
+	}
+	for range 50 { // healthy gets, 10 ms apart
+		if err := call("get", Accept); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(10 * time.Millisecond)
+	}
+	for !th.Down() { // the gets pause; the watch fails everything
+		_ = call("watch", Overload)
+		clk.Advance(5 * time.Millisecond)
+	}
+	for th.Down() { // a get probes and is served: back up
+		clk.Advance(10 * time.Millisecond)
+		_ = call("get", Accept)
+	}
+	for range 20 { // the watch's next burst
+		_ = call("watch", Overload)
+	}
+	if err := call("get", Accept); err != nil {
+		t.Fatalf("a get after the down, beside the watch's burst: %v, want allowed (%+v)", err, th.Stats())
+	}
+}
