@@ -43,11 +43,17 @@
 //     its own probability where that is lower than the target's. So one
 //     method failing everything (a watch whose backend is down,
 //     re-opened at once by its callers) does not shed the target's
-//     other, busy methods (a user's trial: 16-39 % of the healthy unary
-//     calls served beside it with one probability for all, 100 % by
-//     kind); it is itself shed as the target is. A method called fewer
+//     other methods called that often (a user's trial: 16-39 % of the
+//     healthy unary calls served beside it with one probability for
+//     all, 100 % by kind); it is itself shed as the target is. A method called fewer
 //     than ten times a window is shed as the target is, and the down
-//     state, probes and holds stay the target's.
+//     state, probes and holds stay the target's. A client of one kind
+//     decides exactly as without kinds. With several, the kinds'
+//     windows outlast the target's when that is emptied (a down ended,
+//     a loss forgotten), so after an outage shorter than a window a
+//     kind's accepts from before it can let its retries go where the
+//     target's empty window would not; the retry budget and the
+//     failing-run rule still bound them.
 //     Only overload outcomes count against the target (UNAVAILABLE, a
 //     hang until a deadline); any other answer is an accept (the
 //     interceptor reports RESOURCE_EXHAUSTED as nothing, a quota far
