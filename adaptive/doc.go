@@ -45,8 +45,12 @@
 //     re-opened at once by its callers) does not shed the target's
 //     other methods called that often (a user's trial: 16-39 % of the
 //     healthy unary calls served beside it with one probability for
-//     all, 100 % by kind); it is itself shed as the target is. A method called fewer
-//     than ten times a window is shed as the target is, and the down
+//     all, 100 % by kind); it is itself shed as the target is, and its
+//     retries are refused while it fails nearly everything (ten
+//     requests or more in the window, under one in ten accepted), even
+//     where the target sheds nothing (a user's trial: 1.0 calls at
+//     payment per request of such a method, 3.0 before). A method called
+//     fewer than ten times a window is shed as the target is, and the down
 //     state, probes and holds stay the target's. A client of one kind
 //     decides exactly as without kinds. With several, the kinds'
 //     windows outlast the target's when that is emptied (a down ended,

@@ -93,6 +93,26 @@ func (t *Throttle) kindProbability(el int64, kind string, p float64) float64 {
 	return min(p, max(0, (float64(w.req)-t.cfg.K*float64(w.acc))/float64(w.req+1)))
 }
 
+// kindFailing reports whether kind failed nearly every request of the
+// window (minRequests at least, fewer than one in ten accepted): its
+// retries are futile, whatever the target's other kinds do. Beside
+// methods the target serves, the target's probability is 0, and a
+// method failing everything was retried in full: 3.0 calls per request
+// at payment where retries off sent 1.0 (a user's trial). Retries only:
+// a first attempt goes out as the target's and its kind's probability
+// say, so that a kind whose accepts come a window after it asked (a slow
+// method, a stream's first message) is not kept from gathering them.
+// For a client of one kind, the target's probability is above 0 then,
+// and its retries were refused already. t.mu is held.
+func (t *Throttle) kindFailing(el int64, kind string) bool {
+	k := t.kindFor(kind, el, false)
+	if k == nil {
+		return false
+	}
+	w := sumOf(&k.buckets, el, t.width)
+	return w.req >= minRequests && 10*w.acc < w.req
+}
+
 // clearKinds empties the kinds' windows with the target's when at most
 // one kind is in them, so that a client of one kind sheds and retries
 // exactly as it would without kinds (kept, its older accepts let its

@@ -336,3 +336,33 @@ func TestKindWindowsOutlastADown(t *testing.T) {
 		t.Fatalf("a get after the down, beside the watch's burst: %v, want allowed (%+v)", err, th.Stats())
 	}
 }
+
+// A kind failing everything beside kinds the target serves, at a share
+// too small to make the target shed: its first attempts go out as the
+// target's say, its retries do not (a user's trial: 3.0 calls at payment
+// per request of such a method, retries off 1.0).
+func TestKindFailingIsNotRetried(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for range 100 { // per 10 ms: ten served calls of other kinds, one of the failing
+		for k := range 10 {
+			if p, err := th.AllowFor(false, fmt.Sprintf("ok%d", k%4)); err == nil {
+				p.Done(Accept)
+			}
+		}
+		p, err := th.AllowFor(false, "bad")
+		if err != nil {
+			t.Fatalf("a first attempt of the failing kind: %v, want sent as the target says", err)
+		}
+		p.Done(Overload)
+		clk.Advance(10 * time.Millisecond)
+	}
+	if th.Stats().Probability != 0 {
+		t.Fatalf("setup: the target sheds (%v)", th.Stats().Probability)
+	}
+	if _, err := th.AllowFor(true, "bad"); err == nil || th.RetryAllowedFor("bad") || th.HealthyFor("bad") {
+		t.Errorf("a retry of a kind failing everything: allowed (%v), RetryAllowedFor %v, HealthyFor %v; want refused", err, th.RetryAllowedFor("bad"), th.HealthyFor("bad"))
+	}
+	if _, err := th.AllowFor(true, "ok1"); err != nil || !th.RetryAllowedFor("ok1") {
+		t.Errorf("a retry of a served kind: %v, RetryAllowedFor %v; want allowed", err, th.RetryAllowedFor("ok1"))
+	}
+}

@@ -349,8 +349,9 @@ func (t *Throttle) Allow(retry bool) (Permit, error) { return t.AllowFor(retry, 
 // refused, for as long as pricing failed (a user's trial: 40 of 40
 // refused over 18 s).
 func (t *Throttle) AllowFor(retry bool, kind string) (Permit, error) {
-	if w := t.word.Load(); w&1 == 1 {
-		// The common case, a healthy target: no lock, one clock read.
+	if w := t.word.Load(); w&1 == 1 && (!retry || kind == "") {
+		// The common case, a healthy target: no lock, one clock read. A
+		// retry of a kind looks at the kind (see kindFailing).
 		return Permit{t: t, kind: kind, gen: w >> 1, answers: t.answers.Load(), at: t.elapsed()}, nil
 	}
 	u := t.draw()
@@ -361,7 +362,7 @@ func (t *Throttle) AllowFor(retry bool, kind string) (Permit, error) {
 	}
 	t.publish(el)
 	p := t.kindProbability(el, kind, t.p)
-	if retry && (t.failingRun(el) || p > 0 || t.quietRun()) {
+	if retry && (t.failingRun(el) || p > 0 || t.quietRun() || t.kindFailing(el, kind)) {
 		t.stats.RetriesRefused++
 		t.mu.Unlock()
 		return Permit{}, ErrThrottled
@@ -412,7 +413,7 @@ func (t *Throttle) RetryAllowedFor(kind string) bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && !t.failingRun(el) && !t.quietRun() && t.kindProbability(el, kind, t.probability(el)) == 0
+	return !t.down && !t.failingRun(el) && !t.quietRun() && t.kindProbability(el, kind, t.probability(el)) == 0 && !t.kindFailing(el, kind)
 }
 
 // Healthy reports whether the target is up, has accepted an attempt,
@@ -430,15 +431,15 @@ func (t *Throttle) Healthy() bool { return t.HealthyFor("") }
 // AllowFor): the kind is not being shed, whatever the target's other
 // kinds do.
 func (t *Throttle) HealthyFor(kind string) bool {
+	el := t.elapsed()
 	if w := t.word.Load(); w&1 == 1 {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		return t.accepted && t.run <= healthyRun
+		return t.accepted && t.run <= healthyRun && !t.kindFailing(el, kind)
 	}
-	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && t.accepted && t.run <= healthyRun && t.kindProbability(el, kind, t.probability(el)) == 0
+	return !t.down && t.accepted && t.run <= healthyRun && t.kindProbability(el, kind, t.probability(el)) == 0 && !t.kindFailing(el, kind)
 }
 
 // AllowTrial is Allow(false) for the first attempt of a call made for a
