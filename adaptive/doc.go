@@ -46,10 +46,14 @@
 //     other methods called that often (a user's trial: 16-39 % of the
 //     healthy unary calls served beside it with one probability for
 //     all, 100 % by kind); it is itself shed as the target is, and its
-//     retries are refused while it fails nearly everything (ten
-//     requests or more in the window, under one in ten accepted), even
-//     where the target sheds nothing (a user's trial: 1.0 calls at
-//     payment per request of such a method, 3.0 before). A method called
+//     retries (and hedges) are refused while it fails nearly everything
+//     (ten requests or more in the window, under one in ten accepted or
+//     answered busy), even where the target sheds nothing (a user's
+//     trial: 1.0 calls at payment per request of such a method, 3.0
+//     before); a method whose answers come more than a window after it
+//     asked (a slow call, a stream's first message) reads so on its
+//     early failures until its first answers come. Past the eighth kind
+//     seen in the window, none of this applies to a kind. A method called
 //     fewer than ten times a window is shed as the target is, and the down
 //     state, probes and holds stay the target's. A client of one kind
 //     decides exactly as without kinds. With several, the kinds'
@@ -87,7 +91,8 @@
 //     to them made a chain recover later after a slow dependency); busy
 //     is not broken.
 //  2. Retries only into a healthy target. A retry is refused while the
-//     target is down, after 8 overload failures in a row with no accept
+//     target is down, while its kind fails nearly everything (rule 1),
+//     after 8 overload failures in a row with no accept
 //     for 5 ms (a dead target at 1000 requests/s reaches that in 8 ms; at
 //     30 % random failures it happens to about one failure in 5000), or
 //     for 50 ms if they all came within 5 ms (the calls in flight on a

@@ -50,8 +50,9 @@ func (k *kindWindow) staleAt(idx int64) bool {
 }
 
 // count adds an outcome at el to the window, and to kind's: req
-// requests, acc of them accepted. t.mu is held.
-func (t *Throttle) count(el int64, kind string, req, acc int64) {
+// requests, acc of them accepted, busy of them answered busy (counted
+// for the kind only). t.mu is held.
+func (t *Throttle) count(el int64, kind string, req, acc, busy int64) {
 	b := t.bucket(el)
 	b.req += req
 	b.acc += acc
@@ -59,6 +60,7 @@ func (t *Throttle) count(el int64, kind string, req, acc int64) {
 		b := bucketAt(&k.buckets, el, t.width)
 		b.req += req
 		b.acc += acc
+		b.busy += busy
 	}
 }
 
@@ -94,14 +96,18 @@ func (t *Throttle) kindProbability(el int64, kind string, p float64) float64 {
 }
 
 // kindFailing reports whether kind failed nearly every request of the
-// window (minRequests at least, fewer than one in ten accepted): its
-// retries are futile, whatever the target's other kinds do. Beside
+// window (minRequests at least, fewer than one in ten accepted, and
+// fewer than one in ten answered busy: a busy answer is no failure, see
+// Busy): its retries are futile, whatever the target's other kinds do. Beside
 // methods the target serves, the target's probability is 0, and a
 // method failing everything was retried in full: 3.0 calls per request
 // at payment where retries off sent 1.0 (a user's trial). Retries only:
 // a first attempt goes out as the target's and its kind's probability
 // say, so that a kind whose accepts come a window after it asked (a slow
-// method, a stream's first message) is not kept from gathering them.
+// method, a stream's first message) is not kept from gathering them;
+// until its first answers come (after a cold start, or after a down and
+// up, which forgets the answers to attempts allowed before it), such a
+// kind's retries and hedges are refused on its early failures.
 // For a client of one kind, the target's probability is above 0 then,
 // and its retries were refused already. t.mu is held.
 func (t *Throttle) kindFailing(el int64, kind string) bool {
@@ -110,7 +116,7 @@ func (t *Throttle) kindFailing(el int64, kind string) bool {
 		return false
 	}
 	w := sumOf(&k.buckets, el, t.width)
-	return w.req >= minRequests && 10*w.acc < w.req
+	return w.req >= minRequests && 10*w.acc < w.req && 10*w.busy < w.req
 }
 
 // clearKinds empties the kinds' windows with the target's when at most

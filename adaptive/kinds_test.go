@@ -366,3 +366,84 @@ func TestKindFailingIsNotRetried(t *testing.T) {
 		t.Errorf("a retry of a served kind: %v, RetryAllowedFor %v; want allowed", err, th.RetryAllowedFor("ok1"))
 	}
 }
+
+// One kind decides as without kinds after busy answers whose accepts
+// aged out of the window (a review: HealthyFor's lock-free path read the
+// kind's window without the forget rule that RetryAllowedFor applies).
+func TestOneKindBusyAgedDecidesAsTarget(t *testing.T) {
+	run := func(kind string) (healthy, retry bool) {
+		th, clk := newTest(t, Config{})
+		for range 30 { // bucket 0: 30 accepts
+			p, err := th.AllowFor(false, kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Done(Accept)
+		}
+		clk.Advance(500 * time.Millisecond)
+		for range 20 { // 20 busy answers: p = 0 at each (50 req, 30 acc)
+			p, err := th.AllowFor(false, kind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Done(Busy)
+		}
+		clk.Advance(550 * time.Millisecond) // the accepts age out
+		h := th.HealthyFor(kind)
+		return h, th.RetryAllowedFor(kind)
+	}
+	h0, r0 := run("")
+	h1, r1 := run("/svc/Only")
+	if h0 != h1 || r0 != r1 {
+		t.Errorf("without kinds healthy=%v retry=%v; one kind healthy=%v retry=%v", h0, r0, h1, r1)
+	}
+}
+
+// A kind answered busy (admission control) beside a served kind is not a
+// kind that fails: its retries and hedges go as the target's rules say
+// (a review: counted as failing, they were refused).
+func TestKindBusyIsRetried(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for range 100 {
+		for range 3 {
+			p, _ := th.AllowFor(false, "ok")
+			p.Done(Accept)
+		}
+		p, _ := th.AllowFor(false, "heavy")
+		p.Done(Busy)
+		clk.Advance(10 * time.Millisecond)
+	}
+	if p := th.Stats().Probability; p != 0 {
+		t.Fatalf("setup: target p %v", p)
+	}
+	if !th.RetryAllowedFor("heavy") || !th.HealthyFor("heavy") {
+		t.Errorf("busy kind, target healthy: RetryAllowedFor %v HealthyFor %v, want true", th.RetryAllowedFor("heavy"), th.HealthyFor("heavy"))
+	}
+	if _, err := th.AllowFor(true, "heavy"); err != nil {
+		t.Errorf("retry (or hedge) of the busy kind: %v", err)
+	}
+}
+
+// Three accepts forget a busy loss: the target forgets it, and the busy
+// kind's retries go too.
+func TestKindBusyForgottenWithTarget(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	clk.Advance(60 * time.Millisecond)
+	for range 3 { // three accepts, no overload failure for DownAfter
+		p, _ := th.AllowFor(false, "ok")
+		p.Done(Accept)
+	}
+	for range 30 { // heavy: busy; each time p > 0 the target forgets
+		p, err := th.AllowFor(false, "heavy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(Busy)
+	}
+	if !th.RetryAllowed() {
+		t.Fatalf("setup: the target has not forgotten the busy loss")
+	}
+	if !th.RetryAllowedFor("heavy") {
+		t.Errorf("the target forgot the busy loss (three accepts), the busy kind's retry still refused")
+	}
+}

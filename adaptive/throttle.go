@@ -139,6 +139,7 @@ const (
 type bucket struct {
 	idx      int64 // elapsed / width of the time this bucket counts
 	req, acc int64
+	busy     int64 // of req, answered busy (kinds' windows: see kindFailing)
 }
 
 // latClasses is the number of latency classes of Throttle.lat: class c
@@ -431,12 +432,12 @@ func (t *Throttle) Healthy() bool { return t.HealthyFor("") }
 // AllowFor): the kind is not being shed, whatever the target's other
 // kinds do.
 func (t *Throttle) HealthyFor(kind string) bool {
-	el := t.elapsed()
-	if w := t.word.Load(); w&1 == 1 {
+	if w := t.word.Load(); w&1 == 1 && kind == "" {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		return t.accepted && t.run <= healthyRun && !t.kindFailing(el, kind)
+		return t.accepted && t.run <= healthyRun
 	}
+	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.down && t.accepted && t.run <= healthyRun && t.kindProbability(el, kind, t.probability(el)) == 0 && !t.kindFailing(el, kind)
@@ -610,7 +611,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 			changed = t.revivedBy(gen)
 			t.accepted, t.lastAccept = true, el
 		} else if gen == t.gen {
-			t.count(el, kind, 1, 0)
+			t.count(el, kind, 1, 0, 1)
 		}
 	case Accept:
 		if d := el - at; d <= int64(t.cfg.Window) {
@@ -626,7 +627,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 		if t.down {
 			changed = t.revivedBy(gen)
 		} else if gen == t.gen {
-			t.count(el, kind, 1, 1)
+			t.count(el, kind, 1, 1, 0)
 		}
 	case Overload:
 		if t.down && probe && gen == t.gen {
@@ -655,7 +656,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 		if t.down || gen != t.gen {
 			break
 		}
-		t.count(el, kind, n, 0)
+		t.count(el, kind, n, 0, 0)
 		if t.run == 0 {
 			t.runStart = from
 		}
@@ -968,6 +969,7 @@ func sumOf(bs *[numBuckets]bucket, el, width int64) (sum bucket) {
 		if b.idx > idx-numBuckets && b.idx <= idx {
 			sum.req += b.req
 			sum.acc += b.acc
+			sum.busy += b.busy
 		}
 	}
 	return sum
