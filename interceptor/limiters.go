@@ -3,11 +3,10 @@ package interceptor
 import (
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
+	"github.com/stormguard/stormguard/internal/capped"
 	"github.com/stormguard/stormguard/internal/keyed"
 )
 
@@ -31,15 +30,11 @@ func methodKey(target, method string) string {
 
 // methodKeys remembers the keys methodKey made, so that a call to a
 // method called before makes none (a key made is a new string: an
-// allocation on every call with WithPerMethodKeys). A lookup takes no
-// lock: a published map is never written; a new key publishes a copy.
-// At most maxMethodKeys are kept (each new one copies them all); the
-// calls of pairs past that make their key each time, with no lock. The
-// zero value is ready.
+// allocation on every call with WithPerMethodKeys), up to maxMethodKeys
+// pairs; the calls of pairs past that make their key each time. The zero
+// value is ready.
 type methodKeys struct {
-	mu   sync.Mutex // serializes publishing
-	m    atomic.Pointer[map[targetMethod]string]
-	full atomic.Bool
+	m capped.Map[targetMethod, string]
 }
 
 // maxMethodKeys bounds methodKeys: the methods a process calls on its
@@ -54,32 +49,13 @@ func (k *methodKeys) key(target, method string) string {
 		return methodKey(target, method)
 	}
 	tm := targetMethod{target, method}
-	if m := k.m.Load(); m != nil {
-		if key, ok := (*m)[tm]; ok {
-			return key
-		}
-	}
-	key := methodKey(target, method)
-	if k.full.Load() {
+	if key, ok := k.m.Load(tm); ok {
 		return key
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var old map[targetMethod]string
-	if m := k.m.Load(); m != nil {
-		old = *m
-	}
-	if _, ok := old[tm]; ok || len(old) >= maxMethodKeys {
+	if key := k.m.Add(tm, maxMethodKeys, "", func() string { return methodKey(target, method) }); key != "" {
 		return key
 	}
-	next := make(map[targetMethod]string, len(old)+1)
-	for o, v := range old {
-		next[o] = v
-	}
-	next[tm] = key
-	k.m.Store(&next)
-	k.full.Store(len(next) >= maxMethodKeys)
-	return key
+	return methodKey(target, method)
 }
 
 // limiterSet holds one limiter per key, created on first use, at most max

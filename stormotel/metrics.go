@@ -14,6 +14,7 @@ import (
 	"github.com/stormguard/stormguard/breaker"
 	"github.com/stormguard/stormguard/budget"
 	"github.com/stormguard/stormguard/interceptor"
+	"github.com/stormguard/stormguard/internal/capped"
 )
 
 // ScopeName is the instrumentation scope of the meter stormotel uses.
@@ -82,8 +83,8 @@ type Metrics struct {
 	// The attributes of the server's full methods and of the client's
 	// target and method pairs, capped apart, so that a client whose
 	// targets churn leaves the server's names alone.
-	server  capped[string, *methodAttrs]
-	client  capped[attrKey, *methodAttrs]
+	server  capped.Map[string, *methodAttrs]
+	client  capped.Map[attrKey, *methodAttrs]
 	other   *methodAttrs // for client pairs past MaxMethods
 	otherSv *methodAttrs // for server methods past MaxMethods
 	targets targetAttrs  // for the breaker transitions
@@ -316,16 +317,16 @@ func splitMethod(fullMethod string) (service, method string, ok bool) {
 // and fullMethod, creating them on first use.
 func (m *Metrics) attrs(target, fullMethod string) *methodAttrs {
 	if target == "" {
-		if a, ok := m.server.load(fullMethod); ok {
+		if a, ok := m.server.Load(fullMethod); ok {
 			return a
 		}
-		return m.server.add(fullMethod, MaxMethods, m.otherSv, func() *methodAttrs { return newMethodAttrs("", fullMethod) })
+		return m.server.Add(fullMethod, MaxMethods, m.otherSv, func() *methodAttrs { return newMethodAttrs("", fullMethod) })
 	}
 	k := attrKey{target, fullMethod}
-	if a, ok := m.client.load(k); ok {
+	if a, ok := m.client.Load(k); ok {
 		return a
 	}
-	return m.client.add(k, MaxMethods, m.other, func() *methodAttrs { return newMethodAttrs(target, fullMethod) })
+	return m.client.Add(k, MaxMethods, m.other, func() *methodAttrs { return newMethodAttrs(target, fullMethod) })
 }
 
 // Reasons, as stormguard.reason values, indexed by reasonIndex.
