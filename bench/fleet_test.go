@@ -7,13 +7,16 @@ import (
 
 // TestFleetHealth runs the fleet scenario over gRPC with 50 replicas,
 // without and with client-side health checking, and checks issue 13's
-// property: with health, payment gets fewer calls during its outage than
-// without (about a fifth on an idle machine; how many depends on how fast
-// its health reaches the 50 channels, so only the order is asserted: the
-// second review saw the ratio reach 0.6 under CPU load), payment said
-// NOT_SERVING, and after payment is back every replica's first call
-// (once its channel is ready) succeeds, with no trial failed after the
-// return. Only counts are asserted, never times.
+// property: with health, payment gets fewer calls per user request during
+// its outage than without (about a fifth on an idle machine; how many
+// depends on how fast its health reaches the 50 channels, so only the
+// order is asserted: the second review saw the ratio reach 0.6 under CPU
+// load). Per user request, not in all: on a busy machine the two runs
+// send different numbers of requests (beside eight busy loops, 511
+// without health and 962 with: 339 and 575 calls, 0.663 and 0.598 per
+// request). Payment said NOT_SERVING, and after payment is back every
+// replica's first call (once its channel is ready) succeeds, with no
+// trial failed after the return. Only counts are asserted, never times.
 func TestFleetHealth(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two fleets for 4 s each")
@@ -28,7 +31,7 @@ func TestFleetHealth(t *testing.T) {
 		Fine:     50 * time.Millisecond,
 		Seed:     1,
 	}
-	var calls [2]int64
+	var per [2]float64
 	for i, h := range []bool{false, true} {
 		p := fp
 		p.Health = h
@@ -37,7 +40,7 @@ func TestFleetHealth(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, reqs := r.Calls(r.Begin, r.End)
-		calls[i] = c
+		per[i] = r.PerRequest(r.Begin, r.End)
 		t.Logf("health %v: %d calls at payment for %d user requests in the outage (%.3f per request), %d NOT_SERVING, %d after back",
 			h, c, reqs, r.PerRequest(r.Begin, r.End), r.Downs, r.DownsAfterBack)
 		if reqs == 0 {
@@ -58,8 +61,8 @@ func TestFleetHealth(t *testing.T) {
 			}
 		}
 	}
-	if calls[0] == 0 || calls[1] >= calls[0] {
-		t.Errorf("calls at payment in the outage: %d with health, %d without; want fewer", calls[1], calls[0])
+	if per[0] == 0 || per[1] >= per[0] {
+		t.Errorf("calls at payment per user request in the outage: %.3f with health, %.3f without; want fewer", per[1], per[0])
 	}
 }
 
