@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -113,7 +114,16 @@ func (GoLoad) Name() string { return "go" }
 
 // Fixed implements FixedLoad.
 func (g GoLoad) Fixed(ctx context.Context, addr string, callers int, d, deadline time.Duration) (Result, error) {
-	if callers <= 0 || d <= 0 {
+	var length atomic.Int64
+	length.Store(int64(d))
+	return g.FixedGrowing(ctx, addr, callers, &length, deadline)
+}
+
+// FixedGrowing implements growingLoad: Fixed for as long as length says
+// (nanoseconds), which another goroutine may raise while the load runs;
+// the Result's Length is its last value.
+func (g GoLoad) FixedGrowing(ctx context.Context, addr string, callers int, length *atomic.Int64, deadline time.Duration) (Result, error) {
+	if d := time.Duration(length.Load()); callers <= 0 || d <= 0 {
 		return Result{}, fmt.Errorf("fixed load: %d callers for %v: want both > 0", callers, d)
 	}
 	conns, err := dial(addr, g.Connections)
@@ -127,13 +137,20 @@ func (g GoLoad) Fixed(ctx context.Context, addr string, callers int, d, deadline
 	for i := range callers {
 		cl := testsvcv1.NewTestServiceClient(conns[i%len(conns)])
 		wg.Go(func() {
-			for time.Since(t0) < d && ctx.Err() == nil {
+			for time.Since(t0) < time.Duration(length.Load()) && ctx.Err() == nil {
 				per[i] = append(per[i], call(ctx, cl, t0, deadline))
 			}
 		})
 	}
 	wg.Wait()
-	return Result{Samples: merge(per), Start: t0.Round(0), Length: d}, ctx.Err()
+	return Result{Samples: merge(per), Start: t0.Round(0), Length: time.Duration(length.Load())}, ctx.Err()
+}
+
+// growingLoad is a FixedLoad whose length can grow while it runs (see
+// GoLoad.FixedGrowing): the outage scenario lengthens its load when the
+// machine was too slow to keep the schedule.
+type growingLoad interface {
+	FixedGrowing(ctx context.Context, addr string, callers int, length *atomic.Int64, deadline time.Duration) (Result, error)
 }
 
 // merge returns the samples of every caller, by start.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -55,9 +56,31 @@ func (h *Harness) outageDrive(v OutageCase) drive {
 	return func(ctx context.Context, c *Chain) (Result, error) {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
+		// A load that can grow runs until OutageAfter plus the slack
+		// after payment is back, however late the schedule's switches
+		// came (on a busy machine, the killed process's last counts took
+		// half a second to read, and a new process as long to serve): it
+		// runs on until the schedule has ended. A load of fixed length
+		// (ghz) fails the run then (below).
+		var length atomic.Int64
+		length.Store(int64(p.outageLength() + time.Minute)) // ctx ends it sooner
 		sched := make(chan outageTimes, 1)
-		go func() { sched <- runOutage(sctx, c, v.Kill, p.OutageBefore, p.OutageFor) }()
-		res, err := h.Load.Fixed(ctx, c.Addr(), v.Callers, p.outageLength(), p.OutageDeadline)
+		go func() {
+			st := runOutage(sctx, c, v.Kill, p.OutageBefore, p.OutageFor)
+			end := p.outageLength()
+			if st.err == nil {
+				end = max(end, st.back.Sub(st.start)+p.OutageAfter+outageSlack)
+			}
+			length.Store(int64(end))
+			sched <- st
+		}()
+		var res Result
+		var err error
+		if g, ok := h.Load.(growingLoad); ok {
+			res, err = g.FixedGrowing(ctx, c.Addr(), v.Callers, &length, p.OutageDeadline)
+		} else {
+			res, err = h.Load.Fixed(ctx, c.Addr(), v.Callers, p.outageLength(), p.OutageDeadline)
+		}
 		if err != nil {
 			cancel()
 			<-sched
@@ -72,24 +95,28 @@ func (h *Harness) outageDrive(v OutageCase) drive {
 			return Result{}, err
 		}
 		res.Outage = &Outage{Down: st.down.Sub(res.Start), Restart: st.restart.Sub(res.Start), Back: st.back.Sub(res.Start), Payment: arr}
-		if !(res.Outage.Down > 0 && res.Outage.Back > res.Outage.Down) {
-			return Result{}, fmt.Errorf("outage schedule: down at %v, back at %v of the load: not in it", res.Outage.Down, res.Outage.Back)
+		if !(res.Outage.Down > 0 && res.Outage.Back > res.Outage.Down && res.Outage.Back < res.Length) {
+			return Result{}, fmt.Errorf("outage schedule: down at %v, back at %v of a load of %v: not in it", res.Outage.Down, res.Outage.Back, res.Length)
 		}
 		return res, nil
 	}
 }
 
-// outageTimes are the schedule's switches on the wall clock.
+// outageTimes are the schedule's start and switches on the wall clock.
 type outageTimes struct {
-	down, restart, back time.Time
-	err                 error
+	start, down, restart, back time.Time
+	err                        error
 }
 
-// runOutage takes payment out after before, for length (from its own
-// start, which is the load's), and returns when each switch happened.
+// runOutage takes payment out after before (from its own start, which
+// is the load's), for length from when it went out, and returns when
+// each switch happened. The outage lasts length however long the switch took: a kill
+// first reads the process's last counts, which on a busy machine took
+// half a second, and an outage measured from the planned switch was
+// then a few milliseconds long.
 func runOutage(ctx context.Context, c *Chain, kill bool, before, length time.Duration) (o outageTimes) {
-	start := time.Now()
-	if o.err = waitUntil(ctx, start.Add(before)); o.err != nil {
+	o.start = time.Now()
+	if o.err = waitUntil(ctx, o.start.Add(before)); o.err != nil {
 		return o
 	}
 	if kill {
@@ -100,7 +127,7 @@ func runOutage(ctx context.Context, c *Chain, kill bool, before, length time.Dur
 	if o.err != nil {
 		return o
 	}
-	if o.err = waitUntil(ctx, start.Add(before+length)); o.err != nil {
+	if o.err = waitUntil(ctx, o.down.Add(length)); o.err != nil {
 		return o
 	}
 	if kill {

@@ -213,6 +213,7 @@ func TestScenarioCapacity(t *testing.T) {
 		f, off := only(t, runs, "recommended"), only(t, runs, baseline)
 		if f.Success < 0.99 || f.Success < off.Success {
 			t.Errorf("%s, recommended: success %.4f (none %.4f), want >= 0.99 and >= none's", name, f.Success, off.Success)
+			logCounts(t, runs)
 		}
 		if f.Admission != 0 || f.Throttled != 0 || f.Downs != 0 {
 			t.Errorf("%s, recommended: %d shed, %d throttled, %d downs; want none", name, f.Admission, f.Throttled, f.Downs)
@@ -221,6 +222,16 @@ func TestScenarioCapacity(t *testing.T) {
 		// CPU per request.
 		if f.TierCPU <= 0 || off.TierCPU <= 0 {
 			t.Errorf("%s: tiers' CPU per request %v (none %v), want > 0", name, f.TierCPU, off.TierCPU)
+		}
+	}
+}
+
+// logCounts logs every tier's counts of every run of a case.
+func logCounts(t *testing.T, runs map[string][]Run) {
+	t.Helper()
+	for s, rs := range runs {
+		for _, r := range rs {
+			t.Logf("%s, every tier's counts: %+v", s, r.Counts)
 		}
 	}
 }
@@ -306,11 +317,7 @@ func TestScenarioOverload(t *testing.T) {
 		}
 		if f := only(t, runs, "recommended"); f.Admission == 0 {
 			t.Errorf("%s, recommended: nothing shed at four times the capacity (%+v)\n%s", name, f, out)
-			for s, rs := range runs {
-				for _, r := range rs {
-					t.Logf("%s, every tier's counts: %+v", s, r.Counts)
-				}
-			}
+			logCounts(t, runs)
 		}
 	}
 }
