@@ -88,8 +88,10 @@ func TestKindProbabilityBounded(t *testing.T) {
 		th.mu.Unlock()
 		t.Fatal("setup: the target does not shed")
 	}
+	own := make([]float64, maxKinds)
 	for k := range maxKinds {
 		pk := th.kindProbability(el, fmt.Sprintf("k%d", k), pt)
+		own[k] = pk
 		switch {
 		case k%2 == 0 && pk >= pt:
 			t.Errorf("kind k%d, accepted one in four: %v with the target at %v, want less", k, pk, pt)
@@ -101,6 +103,23 @@ func TestKindProbabilityBounded(t *testing.T) {
 		t.Errorf("a kind past %d: %v, want the target's %v", maxKinds, pk, pt)
 	}
 	th.mu.Unlock()
+	// ProbabilityFor reports each kind's, as of the last outcome (which
+	// the target's equals here), and 1 once the target is down.
+	if st := th.Stats().Probability; st != pt {
+		t.Fatalf("setup: Stats().Probability %v, want %v", st, pt)
+	}
+	for k, pk := range own {
+		if got := th.ProbabilityFor(fmt.Sprintf("k%d", k)); got != pk {
+			t.Errorf("ProbabilityFor(k%d) = %v, want %v", k, got, pk)
+		}
+	}
+	if got := th.ProbabilityFor(""); got != pt {
+		t.Errorf("ProbabilityFor(\"\") = %v, want the target's %v", got, pt)
+	}
+	failUntilDown(th, clk)
+	if got := th.ProbabilityFor("k0"); got != 1 {
+		t.Errorf("ProbabilityFor(k0) of a down target = %v, want 1", got)
+	}
 }
 
 // The retry rules follow the kind: while the target sheds because one

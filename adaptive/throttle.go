@@ -883,6 +883,21 @@ func (t *Throttle) Down() bool {
 	return t.down
 }
 
+// ProbabilityFor returns the shedding probability of a request of a
+// kind (see AllowFor) as of the last outcome: 1 while the target is
+// down, else the target's probability (Stats.Probability), lowered to
+// the kind's own where that is lower (the package documentation, rule
+// 1). It is what a request of the kind that AllowFor shed met.
+func (t *Throttle) ProbabilityFor(kind string) float64 {
+	el := t.elapsed()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.down {
+		return 1
+	}
+	return t.kindProbability(el, kind, t.p)
+}
+
 // Stats returns the throttle's counters and state.
 func (t *Throttle) Stats() Stats {
 	t.mu.Lock()

@@ -187,7 +187,7 @@ func (g *throttleGuard) allow(c *call, a *attempt) StopReason {
 	}
 	if err != nil {
 		if c.cfg.observer != nil {
-			c.observe(Event{Kind: EventThrottled, Attempt: int(a.n), Probability: t.Stats().Probability})
+			c.observe(Event{Kind: EventThrottled, Attempt: int(a.n), Probability: t.ProbabilityFor(c.method)})
 		}
 		return StopThrottled
 	}

@@ -52,8 +52,9 @@ const (
 	// EventRequestReceived.
 	EventStackedRetry
 	// EventThrottled: the adaptive throttle refused attempt Attempt;
-	// Probability is its shedding probability (1 while the target is
-	// down).
+	// Probability is the shedding probability of the call's method at
+	// its target (1 while the target is down; see
+	// adaptive.Throttle.ProbabilityFor).
 	EventThrottled
 	// EventProbe: attempt Attempt goes to a down target as a probe.
 	EventProbe
@@ -145,8 +146,8 @@ type Event struct {
 	Info Info
 	// From and To are the breaker's states (EventBreakerStateChange).
 	From, To breaker.State
-	// Probability is the adaptive throttle's shedding probability
-	// (EventThrottled).
+	// Probability is the adaptive throttle's shedding probability of
+	// the call's method (EventThrottled).
 	Probability float64
 	// Admission is why a request was refused (EventAdmissionRefused).
 	Admission AdmissionReason
