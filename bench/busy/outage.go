@@ -281,13 +281,17 @@ func medianOffsets(runs []Run) (down, out, restart time.Duration) {
 // chain, then payment out (failing everything, or killed), then back.
 func (h *Harness) outage(ctx context.Context) error {
 	p := h.Params
+	grows := ""
+	if _, ok := h.Load.(growingLoad); ok {
+		grows = fmt.Sprintf(" (or on until %v past payment's return, when the schedule ran late)", p.OutageAfter+outageSlack)
+	}
 	fmt.Fprintf(h.Out, "## 5. An outage after healthy traffic\n\n"+
 		"Payment serves from a pool of %d workers, each request holding one for %v (the machine is not saturated while it is healthy). "+
-		"%s at a fixed concurrency, every request %s, for %v per run (the Go load runs on until %v past payment's return when the schedule ran late): payment healthy for %v from the load's start, then out for %v, then healthy again. "+
+		"%s at a fixed concurrency, every request %s, for %v per run%s: payment healthy for %v from the load's start, then out for %v, then healthy again. "+
 		"\"Down\" is when payment stopped serving, \"back\" when it served again, each as measured in the run (the tier's own clock for fail-all; for a kill, the signal and the new process's address on its stdout). "+
 		"Success is by request start (a kill fails the requests in flight, which started before down); calls at payment (every process, by arrival) are per request started in the same window; refusals and downs over the whole run. "+
 		"\"≥ 99 %% from\": the time after back from which every %v slice had at least 99 %% success. Each figure the median of %d interleaved runs.\n\n",
-		p.Outage.Workers, p.Outage.Hold, h.Load.Name(), deadline(p.OutageDeadline), p.outageLength(), p.OutageAfter+outageSlack, p.OutageBefore, p.OutageFor, recoveryWidth, h.Runs)
+		p.Outage.Workers, p.Outage.Hold, h.Load.Name(), deadline(p.OutageDeadline), p.outageLength(), grows, p.OutageBefore, p.OutageFor, recoveryWidth, h.Runs)
 	ws := p.outageSlices()
 	// The windows of the summary: before the outage, in it, the two of
 	// the target after it, the rest, and the first two together.
