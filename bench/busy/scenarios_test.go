@@ -454,10 +454,12 @@ func TestScenarioOverloadSpread(t *testing.T) {
 		rec := runs["recommended"][0]
 		if f := only(t, runs, "recommended"); f.Admission == 0 {
 			t.Errorf("%s, recommended: nothing shed at four times the capacity (%+v)\n%s", name, f, out)
+			logCounts(t, runs)
 		}
 		end := p.OverBefore + p.OverFor
 		if f := figures(rec, end+time.Second, end+p.OverAfter); f.Success < 0.9 {
 			t.Errorf("%s, recommended: success %.4f from 1 s after the overload, at half the capacity, want >= 0.9\n%s", name, f.Success, out)
+			logCounts(t, runs)
 		}
 	}
 	checkTables(t, out, 3) // capacity, the factor, the slices
