@@ -48,11 +48,7 @@ func (k *methodKeys) key(target, method string) string {
 	if k == nil {
 		return methodKey(target, method)
 	}
-	tm := targetMethod{target, method}
-	if key, ok := k.m.Load(tm); ok {
-		return key
-	}
-	if key := k.m.Add(tm, maxMethodKeys, "", func() string { return methodKey(target, method) }); key != "" {
+	if key := k.m.Add(targetMethod{target, method}, maxMethodKeys, "", func() string { return methodKey(target, method) }); key != "" {
 		return key
 	}
 	return methodKey(target, method)

@@ -33,11 +33,10 @@ import (
 // at once, under the budget); a target that answers "busy" is slowed down
 // for, never called down; a method that fails everything (a watch whose
 // backend is down) sheds the target's methods called ten times a window
-// or more no more than their own outcomes say. It fires on a dead or hanging target, a
-// partial loss, and
-// real overload (arrivals faster than completions), where a server
-// refuses only what it could not serve within its latency target or the
-// caller's deadline.
+// or more no more than their own outcomes say. It fires on a dead or
+// hanging target, a partial loss, and real overload (arrivals faster
+// than completions), where a server refuses only what it could not
+// serve within its latency target or the caller's deadline.
 //
 // No circuit breaker: it refuses capacity that a sick target still has,
 // and its open interval delays recovery; the adaptive throttle stops

@@ -24,8 +24,5 @@ type targetAttrs struct {
 var otherTarget = TargetKey.String(otherValue)
 
 func (t *targetAttrs) get(target string) attribute.KeyValue {
-	if kv, ok := t.m.Load(target); ok {
-		return kv
-	}
 	return t.m.Add(target, MaxTargets, otherTarget, func() attribute.KeyValue { return TargetKey.String(target) })
 }

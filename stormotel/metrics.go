@@ -317,16 +317,9 @@ func splitMethod(fullMethod string) (service, method string, ok bool) {
 // and fullMethod, creating them on first use.
 func (m *Metrics) attrs(target, fullMethod string) *methodAttrs {
 	if target == "" {
-		if a, ok := m.server.Load(fullMethod); ok {
-			return a
-		}
 		return m.server.Add(fullMethod, MaxMethods, m.otherSv, func() *methodAttrs { return newMethodAttrs("", fullMethod) })
 	}
-	k := attrKey{target, fullMethod}
-	if a, ok := m.client.Load(k); ok {
-		return a
-	}
-	return m.client.Add(k, MaxMethods, m.other, func() *methodAttrs { return newMethodAttrs(target, fullMethod) })
+	return m.client.Add(attrKey{target, fullMethod}, MaxMethods, m.other, func() *methodAttrs { return newMethodAttrs(target, fullMethod) })
 }
 
 // Reasons, as stormguard.reason values, indexed by reasonIndex.

@@ -31,13 +31,14 @@ func (c *Map[K, V]) Load(k K) (V, bool) {
 }
 
 // Add returns k's value, made by newV if k has none and fewer than max
-// keys have one, else other. Give every Add of a Map the same max. Each
-// new key copies the map: keep max to the hundreds or low thousands.
+// keys have one, else other: a key that has one is read without a lock.
+// Give every Add of a Map the same max. Each new key copies the map:
+// keep max to the hundreds or low thousands.
 func (c *Map[K, V]) Add(k K, max int, other V, newV func() V) V {
+	if v, ok := c.Load(k); ok {
+		return v
+	}
 	if c.full.Load() {
-		if v, ok := c.Load(k); ok {
-			return v
-		}
 		return other
 	}
 	c.mu.Lock()
