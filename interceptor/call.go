@@ -338,7 +338,7 @@ func (c *call) next(err error, o outcome) (time.Duration, error) {
 
 // roomForRetry reports whether a retry that waits wait can start before
 // the caller's deadline, remaining away: only if remaining > wait
-// (protocol section 4, "Deadlines"). A retry that would start at the
+// (protocol section 2.4, "Backoff and the deadline"). A retry that would start at the
 // deadline could not be answered.
 func roomForRetry(remaining, wait time.Duration) bool { return remaining > wait }
 

@@ -113,7 +113,9 @@ var ErrBudgetExhausted = budget.ErrRefused
 // number of attempts and why retrying stopped; the target is in the
 // observer's events (Event.Target), not here. Attempts and Reason hold the
 // same. Errors unwraps to the last attempt's error and, when they caused
-// the stop, to breaker.ErrOpen or budget.ErrRefused.
+// the stop, to breaker.ErrOpen, budget.ErrRefused, adaptive.ErrThrottled,
+// or the caller's context error (context.Canceled or
+// context.DeadlineExceeded, when the caller left during a wait).
 //
 // A handler that passes the error up should return it as it is (or
 // status.Convert(err).Err()): grpc-go sends the status of an error that
@@ -129,7 +131,7 @@ type Error struct {
 
 	st    *status.Status
 	last  error // the last attempt's error; nil if no attempt was made
-	cause error // breaker.ErrOpen, budget.ErrRefused, or nil
+	cause error // breaker.ErrOpen, budget.ErrRefused, adaptive.ErrThrottled, the context's error, or nil
 }
 
 // BreakerOpenMessage is the status message of a call that an open circuit
