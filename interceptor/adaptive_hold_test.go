@@ -156,13 +156,22 @@ func TestHoldThenRefused(t *testing.T) {
 		t.Fatalf("holds %v, want %v", holds, want)
 	}
 	holds = nil
-	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
+	short := fixedLeft{Context: ctxTimeout(t, 10*time.Second), left: 50 * time.Millisecond}
 	_ = i.UnaryClient()(short, "/svc/M", nil, nil, newCC(t), inv.invoke)
 	if len(holds) != 1 || holds[0] > 50*time.Millisecond {
 		t.Fatalf("holds %v with 50 ms left, want one within the deadline", holds)
 	}
 }
+
+// fixedLeft is a context whose deadline is always left away when asked,
+// so that what a test finds left does not depend on how long a busy
+// machine took to get there (it ends when its parent does).
+type fixedLeft struct {
+	context.Context
+	left time.Duration
+}
+
+func (c fixedLeft) Deadline() (time.Time, bool) { return time.Now().Add(c.left), true }
 
 // A hold within the caller's deadline ends an eighth of the time left
 // before it (at least 2 ms), so that the refusal, UNAVAILABLE, reaches

@@ -267,7 +267,9 @@ func TestCapacityConcurrent(t *testing.T) {
 	for range 2 {
 		wg.Go(func() { _, _ = c.Client().Unary(held, &testsvcv1.UnaryRequest{}) })
 	}
-	waitFor(t, ctx, func() bool { return pay.Received(Unary) == 2 })
+	// Until both hold a slot (a call is counted as received before it
+	// takes one).
+	waitFor(t, ctx, func() bool { return pay.faults.inflight.Load() == 2 })
 	_, err := c.Client().Unary(ctx, &testsvcv1.UnaryRequest{})
 	if got := status.Code(err); got != codes.Unavailable {
 		t.Fatalf("third concurrent call: got %v, want Unavailable (shed)", got)
