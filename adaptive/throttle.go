@@ -350,9 +350,12 @@ func (t *Throttle) Allow(retry bool) (Permit, error) { return t.AllowFor(retry, 
 // refused, for as long as pricing failed (a user's trial: 40 of 40
 // refused over 18 s).
 func (t *Throttle) AllowFor(retry bool, kind string) (Permit, error) {
-	if w := t.word.Load(); w&1 == 1 && (!retry || kind == "") {
-		// The common case, a healthy target: no lock, one clock read. A
-		// retry of a kind looks at the kind (see kindFailing).
+	if w := t.word.Load(); w&1 == 1 && !retry {
+		// The common case, a first attempt to a healthy target: no lock,
+		// one clock read. A retry looks at the window as it is now, as
+		// RetryAllowedFor does (word is of the last outcome: accepts
+		// that aged out of the window since leave it healthy), and at
+		// its kind (see kindFailing).
 		return Permit{t: t, kind: kind, gen: w >> 1, answers: t.answers.Load(), at: t.elapsed()}, nil
 	}
 	u := t.draw()
@@ -432,11 +435,6 @@ func (t *Throttle) Healthy() bool { return t.HealthyFor("") }
 // AllowFor): the kind is not being shed, whatever the target's other
 // kinds do.
 func (t *Throttle) HealthyFor(kind string) bool {
-	if w := t.word.Load(); w&1 == 1 && kind == "" {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		return t.accepted && t.run <= healthyRun
-	}
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -915,11 +913,15 @@ func (t *Throttle) Stats() Stats {
 func (t *Throttle) bucket(el int64) *bucket { return bucketAt(&t.buckets, el, t.width) }
 
 // bucketAt returns the bucket of bs for el, buckets width wide, emptied
-// if it held an older time.
+// if it held an older time. One that holds a newer time (an outcome whose
+// caller read the clock a window or more before it got the lock, a
+// process that did not run for a moment) is kept, and the outcome counts
+// in it: emptied, it lost the newer outcomes for one that is out of the
+// window anyway.
 func bucketAt(bs *[numBuckets]bucket, el, width int64) *bucket {
 	idx := el / width
 	b := &bs[idx%numBuckets]
-	if b.idx != idx {
+	if b.idx < idx {
 		*b = bucket{idx: idx}
 	}
 	return b
