@@ -11,6 +11,9 @@ const maxKinds = 8
 type kindWindow struct {
 	kind    string
 	buckets [numBuckets]bucket
+	// silentN: the kind's silences among the throttle's silentN, not
+	// yet counted (see countSilences).
+	silentN int64
 }
 
 // kindFor returns the window of kind, or, with add, a free or stale one
@@ -47,6 +50,30 @@ func (k *kindWindow) staleAt(idx int64) bool {
 		}
 	}
 	return true
+}
+
+// countSilences adds n silences at el to the window, each to the window
+// of its own kind: the silence that made them count (see silences) may
+// be of another kind than most of them, which, counted for it, read as
+// its failures while the kind that hung read as served. t.mu is held.
+func (t *Throttle) countSilences(el, n int64) {
+	b := t.bucket(el)
+	b.req += n
+	for i := range t.kinds {
+		k := &t.kinds[i]
+		if k.silentN > 0 && k.kind != "" {
+			bucketAt(&k.buckets, el, t.width).req += k.silentN
+		}
+		k.silentN = 0
+	}
+}
+
+// clearSilences forgets the kinds' silences not yet counted. t.mu is
+// held.
+func (t *Throttle) clearSilences() {
+	for i := range t.kinds {
+		t.kinds[i].silentN = 0
+	}
 }
 
 // count adds an outcome at el to the window, and to kind's: req

@@ -577,12 +577,13 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 			t.mu.Unlock()
 			return
 		}
-		if n, from = t.silences(el); n == 0 {
+		if n, from = t.silences(el, kind); n == 0 {
 			t.mu.Unlock()
 			return
 		}
 		o = Overload
 	}
+	silences := !answered
 	changed := false
 	if o == Accept || o == Busy {
 		t.answers.Add(1)
@@ -652,9 +653,16 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 			}
 		}
 		if t.down || gen != t.gen {
+			if silences {
+				t.clearSilences()
+			}
 			break
 		}
-		t.count(el, kind, n, 0, 0)
+		if silences {
+			t.countSilences(el, n)
+		} else {
+			t.count(el, kind, n, 0, 0)
+		}
 		if t.run == 0 {
 			t.runStart = from
 		}
@@ -705,13 +713,18 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 // came. Silences since the last answer count once they have gone on for
 // DownAfter (see Silence), and then all of them: a hang is caught
 // DownAfter after its first deadline ran out (before, at the eighth
-// silence), while silences that end together count for nothing.
-// t.mu is held.
-func (t *Throttle) silences(el int64) (n, from int64) {
+// silence), while silences that end together count for nothing. Each
+// kind's are noted on their own too, so that each counts for its kind
+// (see countSilences). t.mu is held.
+func (t *Throttle) silences(el int64, kind string) (n, from int64) {
 	if a := t.answers.Load(); !t.silent || t.silentAt != a {
 		t.silent, t.silentAt, t.silentFrom, t.silentN = true, a, el, 0
+		t.clearSilences()
 	}
 	t.silentN++
+	if k := t.kindFor(kind, el, true); k != nil {
+		k.silentN++
+	}
 	if el-t.silentFrom < int64(t.cfg.DownAfter) {
 		return 0, 0
 	}

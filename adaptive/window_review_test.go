@@ -68,3 +68,51 @@ func TestLateOutcomeKeepsNewerBucket(t *testing.T) {
 		t.Fatalf("slot a window later: %+v, want emptied for idx %d", *next, 2*numBuckets)
 	}
 }
+
+// Silences counted together count each for its own kind: nine of a kind
+// that hangs and the one of another kind whose silence made them count
+// (DownAfter after the first) go to their own windows. Before, all ten
+// went to the kind of the last one, which then read as failing (its
+// retries refused for up to a window after a revival) while the kind
+// that hung read as served (a review's reproduction).
+func TestSilencesCountForTheirKind(t *testing.T) {
+	th, clk := newTest(t, Config{})
+	for _, k := range []string{"A", "B"} {
+		p, err := th.AllowFor(false, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(Accept)
+	}
+	clk.Advance(100 * time.Millisecond)
+	for range 9 {
+		p, err := th.AllowFor(false, "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Millisecond)
+		p.Done(Silence)
+	}
+	clk.Advance(60 * time.Millisecond)
+	p, err := th.AllowFor(false, "B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Millisecond)
+	p.Done(Silence)
+	th.mu.Lock()
+	el := th.elapsed()
+	req := func(kind string) int64 {
+		k := th.kindFor(kind, el, false)
+		if k == nil {
+			return -1
+		}
+		return sumOf(&k.buckets, el, th.width).req
+	}
+	a, b := req("A"), req("B")
+	target := sumOf(&th.buckets, el, th.width).req
+	th.mu.Unlock()
+	if a != 10 || b != 2 || target != 12 {
+		t.Fatalf("requests in the windows: A %d, B %d, target %d; want 10 (1 accepted, 9 silent), 2 (1 and 1), 12", a, b, target)
+	}
+}
