@@ -47,8 +47,9 @@
 //     healthy unary calls served beside it with one probability for
 //     all, 100 % by kind); it is itself shed as the target is, and its
 //     retries (and hedges) are refused while it fails nearly everything
-//     (ten requests or more in the window, under one in ten accepted or
-//     answered busy), even where the target sheds nothing (a user's
+//     (ten requests or more in the window, under one in ten accepted
+//     and under one in ten answered busy), even where the target sheds
+//     nothing (a user's
 //     trial: 1.0 calls at payment per request of such a method, 3.0
 //     before); a method whose answers come more than a window after it
 //     asked (a slow call, a stream's first message) reads so on its
