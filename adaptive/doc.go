@@ -49,11 +49,11 @@
 //     retries (and hedges) are refused while it fails nearly everything
 //     (ten requests or more in the window, under one in ten accepted
 //     and under one in ten answered busy), even where the target sheds
-//     nothing (a user's
-//     trial: 1.0 calls at payment per request of such a method, 3.0
-//     before); a method whose answers come more than a window after it
-//     asked (a slow call, a stream's first message) reads so on its
-//     early failures until its first answers come. Past the eighth kind
+//     nothing (a user's trial: 1.0 calls at payment per request of such
+//     a method, 3.0 before); a method whose answers come more than a
+//     window after it asked (a slow call, a stream's first message)
+//     reads so on its early failures until its first answers come. Past
+//     the eighth kind
 //     seen in the window, none of this applies to a kind. A method called
 //     fewer than ten times a window is shed as the target is, and the down
 //     state, probes and holds stay the target's. A client of one kind
