@@ -47,22 +47,21 @@
 //     healthy unary calls served beside it with one probability for
 //     all, 100 % by kind); it is itself shed as the target is, and its
 //     retries (and hedges) are refused while it fails nearly everything
-//     (ten requests or more in the window, under one in ten accepted
-//     and under one in ten answered busy), even where the target sheds
-//     nothing (a user's trial: 1.0 calls at payment per request of such
-//     a method, 3.0 before); a method whose answers come more than a
-//     window after it asked (a slow call, a stream's first message)
-//     reads so on its early failures until its first answers come. Past
-//     the eighth kind
-//     seen in the window, none of this applies to a kind. A method called
-//     fewer than ten times a window is shed as the target is, and the down
-//     state, probes and holds stay the target's. A client of one kind
-//     decides exactly as without kinds. With several, the kinds'
-//     windows outlast the target's when that is emptied (a down ended,
-//     a loss forgotten), so after an outage shorter than a window a
-//     kind's accepts from before it can let its retries go where the
-//     target's empty window would not; the retry budget and the
-//     failing-run rule still bound them.
+//     (ten requests or more in the window, under one in ten accepted and
+//     under one in ten answered busy), even where the target sheds
+//     nothing (a user's trial: 1.0 calls at payment per request of such a
+//     method, 3.0 before); a method whose answers come more than a window
+//     after it asked (a slow call, a stream's first message) reads so on
+//     its early failures until its first answers come. Past the eighth
+//     kind seen in the window, none of this applies to a kind. A method
+//     called fewer than ten times a window is shed as the target is, and
+//     the down state, probes and holds stay the target's. A client of one
+//     kind decides exactly as without kinds. With several, the kinds'
+//     windows outlast the target's when that is emptied (a down ended, a
+//     loss forgotten), so after an outage shorter than a window a kind's
+//     accepts from before it can let its retries go where the target's
+//     empty window would not; the retry budget and the failing-run rule
+//     still bound them.
 //     Only overload outcomes count against the target (UNAVAILABLE, a
 //     hang until a deadline); any other answer is an accept (the
 //     interceptor reports RESOURCE_EXHAUSTED as nothing, a quota far
