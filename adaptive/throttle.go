@@ -583,7 +583,6 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 		}
 		o = Overload
 	}
-	silences := !answered
 	changed := false
 	if o == Accept || o == Busy {
 		t.answers.Add(1)
@@ -653,12 +652,12 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 			}
 		}
 		if t.down || gen != t.gen {
-			if silences {
+			if !answered {
 				t.clearSilences()
 			}
 			break
 		}
-		if silences {
+		if !answered {
 			t.countSilences(el, n)
 		} else {
 			t.count(el, kind, n, 0, 0)

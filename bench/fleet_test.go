@@ -18,7 +18,7 @@ import (
 // loops and the module's other tests): in the second half, payment's
 // health trials (every 200 ms, each seen by all 50 channels) cost about
 // what the replicas' own probes do on an idle machine (0.15-0.22 against
-// 0.21), and under CPU load mostly more (0.38-0.53 against 0.21-0.22;
+// 0.21), and under CPU load mostly more (0.35-0.53 against 0.21-0.22;
 // once 0.53 against 0.90). Per user request, not in all: on a busy
 // machine the two runs send different numbers of requests. Payment said
 // NOT_SERVING, and after payment is back every replica's first call
