@@ -116,8 +116,8 @@ type Config struct {
 	// Clock is the time source. It must be safe for concurrent use. A
 	// step back (a wall clock corrected, as time.Now().UTC() can be,
 	// having dropped the monotonic reading) is not taken back: the time
-	// after it adds from where the throttle was. Nil means the system
-	// clock.
+	// after it adds from where the throttle was. It is called with no
+	// lock held. Nil means the system clock.
 	Clock interface{ Now() time.Time }
 
 	// Rand returns a number in [0, 1) for the shedding draw and the probe

@@ -146,7 +146,7 @@ func (t *Throttle) kindFailing(el int64, kind string) bool {
 	return w.req >= minRequests && 10*w.acc < w.req && 10*w.busy < w.req
 }
 
-// clearKinds empties the kinds' windows with the target's when at most
+// clearKinds empties the kinds' windows with the target's at el when at most
 // one kind is in them, so that a client of one kind sheds and retries
 // exactly as it would without kinds (kept, its older accepts let its
 // retries go into a target just back up and failing again, where the
@@ -156,8 +156,7 @@ func (t *Throttle) kindFailing(el int64, kind string) bool {
 // too few outcomes of its own and was shed as the target was (a user's
 // trial: 24-75 % of the unary calls served beside a failing watch,
 // against 100 % with the windows kept). t.mu is held.
-func (t *Throttle) clearKinds() {
-	el := t.elapsed()
+func (t *Throttle) clearKinds(el int64) {
 	idx := el / t.width
 	inUse := 0
 	for i := range t.kinds {

@@ -276,7 +276,10 @@ func newThrottle(cfg Config) *Throttle {
 	return t
 }
 
-// publish sets word from the state at el. t.mu is held.
+// publish sets p and word from the state at el. Whatever looks at the
+// window under the lock publishes what it saw: the window it forgets
+// (see probability) is forgotten for Stats, ProbabilityFor and the next
+// first attempt too. t.mu is held.
 func (t *Throttle) publish(el int64) {
 	t.p = 0
 	if !t.down {
@@ -399,7 +402,7 @@ func (t *Throttle) probability(el int64) float64 {
 		// remembers is over. Forget it, so that the target gets its
 		// traffic back now rather than as the buckets age.
 		t.buckets = [numBuckets]bucket{}
-		t.clearKinds()
+		t.clearKinds(el)
 		return 0
 	}
 	return p
@@ -417,7 +420,11 @@ func (t *Throttle) RetryAllowedFor(kind string) bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && !t.failingRun(el) && !t.quietRun() && t.kindProbability(el, kind, t.probability(el)) == 0 && !t.kindFailing(el, kind)
+	if t.down {
+		return false
+	}
+	t.publish(el)
+	return !t.failingRun(el) && !t.quietRun() && t.kindProbability(el, kind, t.p) == 0 && !t.kindFailing(el, kind)
 }
 
 // Healthy reports whether the target is up, has accepted an attempt,
@@ -438,7 +445,11 @@ func (t *Throttle) HealthyFor(kind string) bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.down && t.accepted && t.run <= healthyRun && t.kindProbability(el, kind, t.probability(el)) == 0 && !t.kindFailing(el, kind)
+	if t.down {
+		return false
+	}
+	t.publish(el)
+	return t.accepted && t.run <= healthyRun && t.kindProbability(el, kind, t.p) == 0 && !t.kindFailing(el, kind)
 }
 
 // AllowTrial is Allow(false) for the first attempt of a call made for a
@@ -606,7 +617,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 		t.run = 0
 		t.broken = false
 		if t.down {
-			changed = t.revivedBy(gen)
+			changed = t.revivedBy(gen, el)
 			t.accepted, t.lastAccept = true, el
 		} else if gen == t.gen {
 			t.count(el, kind, 1, 0, 1)
@@ -623,7 +634,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 		// last reported of it (a caller may report it only on failures).
 		t.broken = false
 		if t.down {
-			changed = t.revivedBy(gen)
+			changed = t.revivedBy(gen, el)
 		} else if gen == t.gen {
 			t.count(el, kind, 1, 1, 0)
 		}
@@ -739,9 +750,9 @@ func (t *Throttle) silences(el int64, kind string) (n, from int64) {
 // answers revived the target and the next call, on a channel not ready,
 // marked it down again, a pair of changes every 10 ms (a user's trial:
 // 14-37 in a 250 ms gap of a rolling deploy). t.mu is held.
-func (t *Throttle) revivedBy(gen uint64) bool {
+func (t *Throttle) revivedBy(gen uint64, el int64) bool {
 	straggler := gen != t.gen
-	t.setUp()
+	t.setUp(el)
 	if straggler {
 		t.unconfirmed, t.confirmFrom = true, t.gen
 		return false
@@ -749,15 +760,15 @@ func (t *Throttle) revivedBy(gen uint64) bool {
 	return true
 }
 
-// setUp ends the down state with an empty window. t.mu is held.
-func (t *Throttle) setUp() {
+// setUp ends the down state at el with an empty window. t.mu is held.
+func (t *Throttle) setUp(el int64) {
 	t.silent = false
 	t.down, t.broken = false, false
 	t.gen++
 	t.run = 0
 	t.p = 0
 	t.buckets = [numBuckets]bucket{}
-	t.clearKinds()
+	t.clearKinds(el)
 	// The bucket array is indexed from the throttle's start; an empty
 	// bucket with idx 0 is harmless wherever it lies.
 }
@@ -778,7 +789,7 @@ func (t *Throttle) revive(confirmed bool) {
 	// target: that up is reported now.
 	report := confirmed && (changed || t.unconfirmed)
 	if changed {
-		t.setUp()
+		t.setUp(el)
 		t.accepted, t.lastAccept = true, el
 		t.publish(el)
 	}

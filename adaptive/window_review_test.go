@@ -3,6 +3,8 @@ package adaptive
 import (
 	"testing"
 	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
 )
 
 // A retry, and the look at whether a failure was a lone one, judge the
@@ -114,5 +116,100 @@ func TestSilencesCountForTheirKind(t *testing.T) {
 	th.mu.Unlock()
 	if a != 10 || b != 2 || target != 12 {
 		t.Fatalf("requests in the windows: A %d, B %d, target %d; want 10 (1 accepted, 9 silent), 2 (1 and 1), 12", a, b, target)
+	}
+}
+
+// A look at the window that forgets it (every attempt accepted for
+// DownAfter: see probability) forgets it for everyone. Before, a retry's
+// or a failure's look (RetryAllowedFor, HealthyFor) emptied the buckets
+// but left the published probability as the last outcome set it, so that
+// Stats and ProbabilityFor read p > 0 for a target that sheds nothing,
+// until the next Allow (a review).
+func TestLookThatForgetsPublishes(t *testing.T) {
+	for name, look := range map[string]func(*Throttle) bool{
+		"RetryAllowed": (*Throttle).RetryAllowed,
+		"Healthy":      (*Throttle).Healthy,
+	} {
+		th, clk := newTest(t, Config{Rand: fixedRand(0.99)})
+		for range 12 {
+			attempt(th, false, Busy)
+		}
+		for range minFresh {
+			attempt(th, false, Accept)
+		}
+		if p := th.Stats().Probability; p == 0 {
+			t.Fatalf("%s: setup: probability 0 after 12 busy answers and %d accepts", name, minFresh)
+		}
+		clk.Advance(DefaultDownAfter + 10*time.Millisecond)
+		if !look(th) {
+			t.Fatalf("%s: false once the window is forgotten", name)
+		}
+		if p := th.Stats().Probability; p != 0 {
+			t.Errorf("%s: Stats().Probability %.3f after the window was forgotten, want 0", name, p)
+		}
+		if p := th.ProbabilityFor(""); p != 0 {
+			t.Errorf("%s: ProbabilityFor %.3f after the window was forgotten, want 0", name, p)
+		}
+	}
+}
+
+// lockClock is a fake clock that notes each read made while its
+// throttle's lock is held.
+type lockClock struct {
+	*clock.Fake
+	th    *Throttle
+	under int
+}
+
+func (c *lockClock) Now() time.Time {
+	if c.th != nil {
+		if c.th.mu.TryLock() {
+			c.th.mu.Unlock()
+		} else {
+			c.under++
+		}
+	}
+	return c.Fake.Now()
+}
+
+// The clock is read with no lock held, as Config.Clock says: a clock that
+// calls back into the throttle (one that reports what it is asked, a
+// test's that advances itself) does not deadlock. Before, emptying the
+// kinds' windows read it under the lock (a review).
+func TestClockReadWithoutLock(t *testing.T) {
+	clk := &lockClock{Fake: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+	th, err := New(Config{Clock: clk, Rand: fixedRand(0.99), DownAfter: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.th = th
+	for _, kind := range []string{"A", "B", "A"} {
+		p, err := th.AllowFor(false, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(Busy)
+	}
+	for range 12 {
+		attempt(th, false, Busy)
+		attempt(th, false, Accept)
+	}
+	clk.Advance(30 * time.Millisecond)
+	th.RetryAllowedFor("A") // forgets the window, and the kinds'
+	for range 10 {
+		clk.Advance(5 * time.Millisecond)
+		attempt(th, true, Overload)
+		attempt(th, false, Overload)
+		attempt(th, false, Silence)
+	}
+	if !th.Down() {
+		t.Fatal("setup: not down after 100 ms of failures")
+	}
+	th.Revive()
+	th.Connectivity(false)
+	th.Connectivity(true)
+	_, _ = th.ProbeIn(), th.ProbabilityFor("A")
+	if clk.under != 0 {
+		t.Fatalf("the clock was read %d times with the throttle's lock held", clk.under)
 	}
 }
