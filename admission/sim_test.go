@@ -50,6 +50,19 @@ type sim struct {
 	late bool
 	// classOf, when set, gives the class of each new request.
 	classOf func() Class
+	// wait, when set, is how long an admitted request waits before it
+	// needs a worker (a sleep or a call below that its deadline ends,
+	// as the bench's payment waits), holding no worker.
+	wait time.Duration
+	// leave: a closed-loop caller leaves at its deadline and sends its
+	// next request then, as ghz does; its request, if still in its wait,
+	// ends then (released Abandoned), and otherwise runs on to its end
+	// (released Abandoned, as late is). Without leave, a caller waits for
+	// the answer however late.
+	leave bool
+	// off: no limiter at all (retries off's server): every request goes
+	// in.
+	off bool
 }
 
 type simReq struct {
@@ -59,6 +72,9 @@ type simReq struct {
 	class   Class
 	fail    bool
 	dl      time.Time // its caller's deadline; zero: none
+	// With sim.leave: waiting is true during the wait before a worker,
+	// queued while it waits for a worker, left once its caller left.
+	waiting, queued, left, done bool
 }
 
 type heldReq struct {
@@ -83,6 +99,7 @@ type simResult struct {
 	refused  bool
 	deadline bool // refused for its deadline
 	gone     bool // its deadline passed while it waited in the limiter
+	timedOut bool // admitted, and its caller left at its deadline (sim.leave)
 	class    Class
 }
 
@@ -226,6 +243,10 @@ func (s *sim) arrive(caller int, class Class, deadline time.Duration) {
 // decide runs a request through the limiter as Wait does, without
 // blocking: admitted, refused, or parked until its wait ends.
 func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duration) {
+	if s.off {
+		s.admitted(Permit{}, caller, class, arrived, dl)
+		return
+	}
 	at := s.l.now()
 	if at >= s.l.winEnd.Load() {
 		s.l.roll(at)
@@ -255,9 +276,38 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 // waits until dl (zero: no deadline).
 func (s *sim) admitted(p Permit, caller int, class Class, arrived time.Duration, dl time.Time) {
 	r := &simReq{arrived: arrived, permit: p, caller: caller, class: class, dl: dl}
+	if s.leave && !dl.IsZero() {
+		s.at(s.el+max(dl.Sub(s.clk.Now()), 0), func() {
+			if r.done {
+				return // answered in time
+			}
+			if r.left = true; r.waiting || r.queued {
+				// Its wait ends with the call, and a handler that has
+				// not run yet does not (its context is done).
+				r.permit.Release(Abandoned)
+			}
+			s.results = append(s.results, simResult{at: r.arrived, latency: s.el - r.arrived, timedOut: true, class: r.class})
+			s.answered(r.caller)
+		})
+	}
+	if s.wait == 0 {
+		s.work(r)
+		return
+	}
+	r.waiting = true
+	s.at(s.el+s.wait, func() {
+		if r.waiting = false; !r.left {
+			s.work(r)
+		}
+	})
+}
+
+// work gives r a worker, or queues it for the next.
+func (s *sim) work(r *simReq) {
 	if s.busy < s.workers {
 		s.start(r)
 	} else {
+		r.queued = true
 		s.queue = append(s.queue, r)
 	}
 }
@@ -272,23 +322,31 @@ func (s *sim) start(r *simReq) {
 	}
 	s.at(s.el+d, func() {
 		s.busy--
+		r.done = true
 		switch {
 		case r.fail && s.failAs != nil:
 			r.permit.Release(s.failAs(d))
 		case r.fail:
 			r.permit.Release(Failed)
-		case s.late && !r.dl.IsZero() && !s.clk.Now().Before(r.dl):
+		case r.left || s.late && !r.dl.IsZero() && !s.clk.Now().Before(r.dl):
 			r.permit.Release(Abandoned)
 		default:
 			r.permit.Release(Measured)
 		}
-		s.results = append(s.results, simResult{at: r.arrived, latency: s.el - r.arrived, class: r.class})
-		if len(s.queue) > 0 {
+		if !r.left {
+			s.results = append(s.results, simResult{at: r.arrived, latency: s.el - r.arrived, class: r.class})
+		}
+		for len(s.queue) > 0 {
 			next := s.queue[0]
 			s.queue = s.queue[1:]
-			s.start(next)
+			if next.queued = false; !next.left {
+				s.start(next)
+				break
+			}
 		}
-		s.answered(r.caller)
+		if !r.left {
+			s.answered(r.caller)
+		}
 	})
 }
 
@@ -389,4 +447,20 @@ func isClosed(c chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// inTime returns how many requests that arrived in [from, to) were
+// answered in time (served before their caller left), and how many
+// arrived.
+func (s *sim) inTime(from, to time.Duration) (ok, all int) {
+	for _, r := range s.results {
+		if r.at < from || r.at >= to {
+			continue
+		}
+		all++
+		if !r.refused && !r.gone && !r.timedOut {
+			ok++
+		}
+	}
+	return ok, all
 }
