@@ -213,3 +213,49 @@ func TestClockReadWithoutLock(t *testing.T) {
 		t.Fatalf("the clock was read %d times with the throttle's lock held", clk.under)
 	}
 }
+
+// A silence's wait ends at its caller's deadline (DoneSilent), not when
+// it is reported: a target that answers in 40 ms (its silences count
+// from 67 ms, the class above) and callers whose deadlines are 50 ms, at
+// which nothing is answered, say nothing about it however late their
+// timers fire (80 ms here); read to the report, as Done(Silence) does,
+// the same silences call it down. Callers whose deadlines are 100 ms
+// still see a hang.
+func TestSilenceWaitsToTheDeadline(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		deadline, seen time.Duration
+		silent         func(p Permit, deadline time.Time)
+		down           bool
+	}{
+		{"deadline 50 ms, timer at 80 ms", 50 * time.Millisecond, 80 * time.Millisecond, Permit.DoneSilent, false},
+		{"Done(Silence) at 80 ms", 50 * time.Millisecond, 80 * time.Millisecond, func(p Permit, _ time.Time) { p.Done(Silence) }, true},
+		{"deadline 100 ms", 100 * time.Millisecond, 100 * time.Millisecond, Permit.DoneSilent, true},
+	} {
+		th, clk := newTest(t, Config{})
+		var ps []Permit
+		for range 20 {
+			p, err := th.Allow(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		clk.Advance(40 * time.Millisecond)
+		for _, p := range ps {
+			p.Done(Accept)
+		}
+		for range 20 {
+			p, err := th.Allow(false)
+			if err != nil {
+				break // down
+			}
+			deadline := clk.Now().Add(c.deadline)
+			clk.Advance(c.seen)
+			c.silent(p, deadline)
+		}
+		if th.Down() != c.down {
+			t.Errorf("%s: down %v after 20 silences, want %v", c.name, th.Down(), c.down)
+		}
+	}
+}
