@@ -78,12 +78,8 @@ const (
 	// probeEvery windows of overload, a probe tells a closed loop from an
 	// open one (see Limiter); probeWindows is its length (longer at low
 	// rates: probeArrivals), its second half measured; closedRatio is the
-	// drop of arrivals that says "closed". The first probe comes after
-	// firstProbe windows: a closed loop that an overload refuses sends
-	// again at once, as fast as it is refused, and the sooner a probe
-	// finds it, the fewer refusals.
+	// drop of arrivals that says "closed".
 	probeEvery    = 50
-	firstProbe    = 5
 	probeWindows  = 2
 	probeArrivals = 32
 	closedRatio   = 0.5
@@ -292,14 +288,11 @@ func (c *Config) resolve() error {
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
-// arrivals exceed completions forever. Five windows into an overload,
-// and every 50 windows after, Wait holds the requests it refuses for a
-// while (two windows, or long enough to expect 32 arrivals) before it
-// answers: a closed loop's callers then wait, and its arrivals fall by
-// half or more in the second half, while an open loop's do not. A fall
-// ends the overload, and until the server has been calm for 128 windows,
-// callers that leave while they wait in a suspect phase (see heldFlat)
-// are the loop's, who send again, not an excess.
+// arrivals exceed completions forever. Every 50 windows of overload,
+// Wait holds the requests it refuses for a while (two windows, or long
+// enough to expect 32 arrivals) before it answers: a closed loop's
+// callers then wait, and its arrivals fall by half or more in the second
+// half, while an open loop's do not. A fall ends the overload.
 //
 // With Config.MaxInFlight, a fixed cap applies too, and Config.QueueSize
 // lets a request that meets it wait for a slot (see Wait).
@@ -388,7 +381,6 @@ type Limiter struct {
 	followTo   int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
 	judged     int64 // windows since the judgement started
 	probing    bool
-	closedFor  int64 // calm windows a probe's verdict of a closed loop still stands for (see heldFlat)
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
 	probeRate  float64                // offered arrivals per nanosecond before the probe
@@ -966,9 +958,6 @@ func (l *Limiter) timePerDone() (per, stalled int64) {
 // whileNot is the window's end while the server is not overloaded: the
 // base, and the start of an overload. l.mu is held.
 func (l *Limiter) whileNot(win window) {
-	if l.closedFor > 0 {
-		l.closedFor--
-	}
 	// The base is the mean latency of all the successes in the history,
 	// not the least of the windows' means: a window holds a few
 	// successes, and where latencies spread (a handler that waits on a
@@ -1155,7 +1144,7 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 		l.endOverload()
 		return
 	}
-	if !l.probing && (l.overSince == firstProbe || l.overSince%probeEvery == 0) {
+	if !l.probing && l.overSince%probeEvery == 0 {
 		l.startProbe(at)
 	}
 }
@@ -1506,7 +1495,6 @@ func (l *Limiter) endProbe(h *chan struct{}) {
 	if dur > 0 && float64(offered)/float64(dur) < closedRatio*l.probeRate {
 		// The callers paused when their refusals did: a closed loop.
 		l.endOverload()
-		l.closedFor = historyWindows
 	}
 }
 

@@ -150,7 +150,7 @@ func (l *Limiter) heldFlat(inflight int64) bool {
 	l.sq.mu.Lock()
 	live, budget := l.sq.liveBudget()
 	held := inflight + live
-	if per := l.perDone.Load(); l.closedFor == 0 && (budget == 0 || per == 0 || held*per > budget) {
+	if per := l.perDone.Load(); budget == 0 || per == 0 || held*per > budget {
 		held += int64(len(l.sq.waiters)) - live
 	}
 	l.sq.mu.Unlock()
