@@ -54,9 +54,7 @@ const (
 	// not broken.
 	Busy
 	// Silence: the caller's deadline ran out before the target answered
-	// the attempt (report it with DoneSilent where the deadline is known:
-	// the wait then ends there, however late its timer fired). It is an
-	// Overload if the attempt waited longer than
+	// the attempt. It is an Overload if the attempt waited longer than
 	// nearly all of the target's last accepted attempts took (their 90th
 	// percentile rounded up to a power of two, between once and twice
 	// it; the last 256 or so accepts, however old, and none that took
@@ -571,37 +569,10 @@ func (p Permit) Done(o Outcome) {
 	if o != Accept && o != Overload && o != Busy && o != Silence {
 		return
 	}
-	p.t.done(p.gen, p.at, o, p.probe, p.kind, 0)
+	p.t.done(p.gen, p.at, o, p.probe, p.kind)
 }
 
-// DoneSilent is Done(Silence) for an attempt whose caller's deadline was
-// deadline: the wait that is compared with the target's latency (see
-// Silence) ends at the deadline, not when the silence is reported. On a
-// machine short of CPU a deadline's timer fires tens of milliseconds
-// late, and read to then, the waits of callers whose deadlines were
-// shorter than the target's answers passed for a hang: 25 ms deadlines
-// at a healthy chain that answered in 40 ms called it down on every
-// tier, 1-6 times a run and only when the machine was busy (a review's
-// trial); 60 ms deadlines at a chain whose answers took 51 ms on
-// average, once in twelve runs (the bench's slow scenario). A zero
-// deadline is Done(Silence).
-func (p Permit) DoneSilent(deadline time.Time) {
-	if p.t == nil || deadline.IsZero() {
-		p.Done(Silence)
-		return
-	}
-	if p.t.answers.Load() != p.answers {
-		return // the target answered others meanwhile (see Silence)
-	}
-	// The deadline on the throttle's clock; never before the attempt.
-	dl := max(int64(deadline.Sub(p.t.since.Start())), p.at)
-	p.t.done(p.gen, p.at, Silence, p.probe, p.kind, dl)
-}
-
-// done counts outcome o of an attempt of generation gen allowed at at,
-// for a request of kind; dl, if not 0, is when its caller's deadline
-// was (a Silence's wait ends there).
-func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string, dl int64) {
+func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string) {
 	var u float64
 	if o == Overload || o == Silence {
 		u = t.draw()
@@ -611,11 +582,7 @@ func (t *Throttle) done(gen uint64, at int64, o Outcome, probe bool, kind string
 	n, from := int64(1), el  // overload failures, the first at from
 	answered := o != Silence // an answer, not a deadline that ran out
 	if o == Silence {
-		waited := el - at
-		if dl != 0 {
-			waited = min(waited, dl-at)
-		}
-		if !t.accepted || waited < t.typical() {
+		if !t.accepted || el-at < t.typical() {
 			// The deadline ran out before the target would have
 			// answered: no evidence (see Silence).
 			t.mu.Unlock()

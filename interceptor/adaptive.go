@@ -223,13 +223,7 @@ func (g *throttleGuard) done(c *call, a *attempt, o outcome) {
 	case (to == adaptive.Overload || to == adaptive.Silence) && c.conn != nil:
 		reportConn(t, c.conn)
 	}
-	if dl, ok := c.ctx.Deadline(); ok && to == adaptive.Silence {
-		// The wait counts to the caller's deadline, not to its timer,
-		// which fires late on a busy machine (see DoneSilent).
-		p.DoneSilent(dl)
-	} else {
-		p.Done(to)
-	}
+	p.Done(to)
 	// Only a failure is retried: a success needs no look at the throttle.
 	c.retryNow = c.attempt == 1 && o.kind != outcomeSuccess && t.HealthyFor(c.method)
 }
