@@ -292,7 +292,11 @@ func (t *Throttle) publish(el int64) {
 		// (quietRun): Allow must look.
 		w |= 1
 	}
-	t.word.Store(w)
+	if t.word.Load() != w {
+		// Unchanged, as mostly after a look or a failure, it is not
+		// written: every first attempt reads it.
+		t.word.Store(w)
+	}
 }
 
 // Name returns the Config's Name.
@@ -420,11 +424,18 @@ func (t *Throttle) RetryAllowedFor(kind string) bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.servedNow(el, kind) && !t.failingRun(el) && !t.quietRun()
+}
+
+// servedNow reports whether the target is up and a request of kind is
+// neither shed nor of a kind that fails nearly everything, judging the
+// window as it is at el (and publishing it: see publish). t.mu is held.
+func (t *Throttle) servedNow(el int64, kind string) bool {
 	if t.down {
 		return false
 	}
 	t.publish(el)
-	return !t.failingRun(el) && !t.quietRun() && t.kindProbability(el, kind, t.p) == 0 && !t.kindFailing(el, kind)
+	return t.kindProbability(el, kind, t.p) == 0 && !t.kindFailing(el, kind)
 }
 
 // Healthy reports whether the target is up, has accepted an attempt,
@@ -445,11 +456,7 @@ func (t *Throttle) HealthyFor(kind string) bool {
 	el := t.elapsed()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.down {
-		return false
-	}
-	t.publish(el)
-	return t.accepted && t.run <= healthyRun && t.kindProbability(el, kind, t.p) == 0 && !t.kindFailing(el, kind)
+	return t.servedNow(el, kind) && t.accepted && t.run <= healthyRun
 }
 
 // AllowTrial is Allow(false) for the first attempt of a call made for a
