@@ -58,6 +58,24 @@ type suspectQueue struct {
 	waiters []*suspectWaiter
 }
 
+// live returns how many waiters still wait: not those whose wait ended
+// out of turn (their caller left, or admitWaiter let them in: gone),
+// which stay in the stack until dispatch or the phase's end drops them.
+// Counted as waiting, the entries of callers that left made a closed
+// loop whose callers leave at their deadline and send again look like
+// thousands waiting, and the server overloaded (a review's simulation:
+// 2 048 callers with deadlines under their latency). heldFlat counts
+// them: they arrived and were not served. q.mu is held.
+func (q *suspectQueue) live() int64 {
+	n := int64(0)
+	for _, w := range q.waiters {
+		if !w.gone {
+			n++
+		}
+	}
+	return n
+}
+
 type suspectWaiter struct {
 	ready chan struct{}
 	// Guarded by suspectQueue.mu.
@@ -199,7 +217,7 @@ func (l *Limiter) roomFor(win window) int64 {
 		return 0
 	}
 	l.sq.mu.Lock()
-	held := len(l.sq.waiters) > 0
+	held := l.sq.live() > 0
 	l.sq.mu.Unlock()
 	if !held || !l.roomSeen.Swap(false) {
 		return 0
@@ -279,7 +297,7 @@ func (l *Limiter) whileSuspect(win window) {
 		l.suspectFor++
 	}
 	l.sq.mu.Lock()
-	waiting := int64(len(l.sq.waiters))
+	waiting := l.sq.live()
 	l.sq.mu.Unlock()
 	full := waiting > max(maxSuspectQueue, 8*l.suspectCap.Load())
 	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
