@@ -114,3 +114,33 @@ func TestLeftCallersDoNotWait(t *testing.T) {
 		}
 	}
 }
+
+// A closed loop that ramps slowly into a pool (512 callers started over
+// 400 ms on 8 workers of 1 ms, 128 ms deadlines; the server alone serves
+// them all in 64 ms) is suspect while it ramps. Its cap held the latency
+// of what it let in just above the overload rule's threshold, so that no
+// waiter went in before its deadline; the waiters left, their entries
+// kept the server from looking calm, and it became overloaded: 1.1
+// million refused, 2 % served in time (a review's simulation). The
+// callers left because they waited in the limiter, not because the
+// server could not serve them (all it held would have been served within
+// their deadlines): their entries do not count against calm, and the
+// loop is served as without a limiter.
+func TestSlowRampIntoPoolServed(t *testing.T) {
+	inTime := func(off bool) (ok, all, refused int) {
+		s := newSim(t, Config{}, 8, time.Millisecond, 1)
+		s.leave, s.late, s.off = true, true, off
+		s.closedRamp(512, 0, 400*time.Millisecond, 3*time.Second, 128*time.Millisecond)
+		s.run(4 * time.Second)
+		ok, all = s.inTime(0, 3*time.Second)
+		refused, _, _ = s.in(0, 3*time.Second)
+		return ok, all, refused
+	}
+	offOK, offAll, _ := inTime(true)
+	ok, all, refused := inTime(false)
+	offShare, share := float64(offOK)/float64(offAll), float64(ok)/float64(all)
+	t.Logf("%.1f %% in time (%d of %d; no limiter %.1f %%, %d of %d), %d refused", 100*share, ok, all, 100*offShare, offOK, offAll, refused)
+	if refused > 0 || share < offShare-0.01 {
+		t.Errorf("%d refused, %.1f %% served in time; want none refused and at least the %.1f %% without a limiter, less a point", refused, 100*share, 100*offShare)
+	}
+}
