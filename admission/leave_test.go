@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -94,24 +95,14 @@ func TestOpenOverloadWithLeavingCallersRefused(t *testing.T) {
 // callers wait at most, and no one is refused.
 func TestLeftCallersDoNotWait(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3} {
-		inTime := func(off bool) (ok, all, refused int) {
+		servedAsWithout(t, fmt.Sprintf("seed %d", seed), func(off bool) *sim {
 			s := newSim(t, Config{}, 64, time.Millisecond, seed)
 			s.service = exponential(time.Millisecond)
 			s.wait = 5 * time.Millisecond
 			s.leave, s.late, s.off = true, true, off
 			s.closedRamp(2048, 0, 200*time.Millisecond, 3*time.Second, 38285*time.Microsecond)
-			s.run(4 * time.Second)
-			ok, all = s.inTime(0, 3*time.Second)
-			refused, _, _ = s.in(0, 3*time.Second)
-			return ok, all, refused
-		}
-		offOK, offAll, _ := inTime(true)
-		ok, all, refused := inTime(false)
-		offShare, share := float64(offOK)/float64(offAll), float64(ok)/float64(all)
-		t.Logf("seed %d: %.1f %% in time (no limiter %.1f %%), %d refused", seed, 100*share, 100*offShare, refused)
-		if refused > 0 || share < offShare-0.01 {
-			t.Errorf("seed %d: %d refused, %.1f %% served in time; want none refused and at least the %.1f %% without a limiter, less a point", seed, refused, 100*share, 100*offShare)
-		}
+			return s
+		})
 	}
 }
 
@@ -127,10 +118,22 @@ func TestLeftCallersDoNotWait(t *testing.T) {
 // their deadlines): their entries do not count against calm, and the
 // loop is served as without a limiter.
 func TestSlowRampIntoPoolServed(t *testing.T) {
-	inTime := func(off bool) (ok, all, refused int) {
+	servedAsWithout(t, "slow ramp", func(off bool) *sim {
 		s := newSim(t, Config{}, 8, time.Millisecond, 1)
 		s.leave, s.late, s.off = true, true, off
 		s.closedRamp(512, 0, 400*time.Millisecond, 3*time.Second, 128*time.Millisecond)
+		return s
+	})
+}
+
+// servedAsWithout runs the closed loop that build makes for 4 s, with a
+// limiter and without (build(true)), and wants none of its first 3 s
+// refused and as large a share served in time as without a limiter,
+// less a point.
+func servedAsWithout(t *testing.T, name string, build func(off bool) *sim) {
+	t.Helper()
+	inTime := func(off bool) (ok, all, refused int) {
+		s := build(off)
 		s.run(4 * time.Second)
 		ok, all = s.inTime(0, 3*time.Second)
 		refused, _, _ = s.in(0, 3*time.Second)
@@ -139,8 +142,8 @@ func TestSlowRampIntoPoolServed(t *testing.T) {
 	offOK, offAll, _ := inTime(true)
 	ok, all, refused := inTime(false)
 	offShare, share := float64(offOK)/float64(offAll), float64(ok)/float64(all)
-	t.Logf("%.1f %% in time (%d of %d; no limiter %.1f %%, %d of %d), %d refused", 100*share, ok, all, 100*offShare, offOK, offAll, refused)
+	t.Logf("%s: %.1f %% in time (%d of %d; no limiter %.1f %%, %d of %d), %d refused", name, 100*share, ok, all, 100*offShare, offOK, offAll, refused)
 	if refused > 0 || share < offShare-0.01 {
-		t.Errorf("%d refused, %.1f %% served in time; want none refused and at least the %.1f %% without a limiter, less a point", refused, 100*share, 100*offShare)
+		t.Errorf("%s: %d refused, %.1f %% served in time; want none refused and at least the %.1f %% without a limiter, less a point", name, refused, 100*share, 100*offShare)
 	}
 }
