@@ -422,6 +422,11 @@ type window struct {
 	// have waited behind what it held, and its latencies are no sample
 	// of the base (pooledMean).
 	queued bool
+	// busy: the arrivals of the last rateWindows windows, this one's
+	// included, exceeded their completions: a queue was building, and
+	// its latencies are no sample of the base where calm windows give
+	// one (pooledMean).
+	busy bool
 }
 
 // mean is the mean of w's Measured latencies, 0 with fewer than
@@ -907,6 +912,7 @@ func (l *Limiter) roll(at int64) {
 	}
 	l.lateLately.Store(late)
 	l.hist[at0].queued = l.suspect.Load()
+	l.hist[at0].busy = !l.calmLately()
 	if l.floorFor > 0 && !l.overloaded.Load() {
 		l.floorFor-- // checkModel's floor lasts historyWindows windows outside an overload
 	}
@@ -1026,13 +1032,29 @@ func lateOnly(win window) bool {
 }
 
 // pooledMean returns the mean latency of the successes in the history's
-// windows outside an overload, 0 for fewer than minSamples. l.mu is held.
+// windows outside an overload, 0 for fewer than minSamples: of the calm
+// ones (not busy) if they hold minSamples, else of all. A queue that
+// builds raises the latency of what completes; taken as the base, it
+// raised the threshold with it, so that what the server held never
+// looked like a queue again: a starved tier whose overload had ended
+// followed its queue to 909 ms with 7 768 in flight, and was never
+// suspect again (busy's CPU-bound overload;
+// TestBaseIgnoresAGrowingQueue). A server that became slower is calm
+// again once what it holds matches its new latency, and its base follows
+// from then on; one with no calm window yet (a cold start that fills
+// up) takes what it has. l.mu is held.
 func (l *Limiter) pooledMean() int64 {
-	var sum, n int64
+	var sum, n, calmSum, calmN int64
 	for i := range l.histN {
 		if w := l.recent(i); !w.over && !w.queued {
 			sum, n = sum+w.latSum, n+w.latN
+			if !w.busy {
+				calmSum, calmN = calmSum+w.latSum, calmN+w.latN
+			}
 		}
+	}
+	if calmN >= minSamples {
+		return calmSum / calmN
 	}
 	if n < minSamples {
 		return 0
@@ -1135,9 +1157,22 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	} else {
 		l.belowRun = 0
 	}
-	if calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served) {
+	switch {
+	case win.arrived+win.refused == 0 && win.inflight > 0:
+		// Nothing arrived, not even to be refused, while requests are
+		// in flight: no sign of the load either way. A tier starved of
+		// CPU (every tier of a chain on two busy cores) reads its
+		// callers' connection late and sees whole windows of nothing
+		// but the completions of what it holds, all too late for their
+		// callers; two of them read as calm, ended the overload, and the
+		// tier admitted everything until its callers' deadlines ended
+		// it (busy's CPU-bound overload: a quarter of the runs at
+		// 0.11-0.28x of capacity; TestStarvedWindowsKeepTheOverload). A
+		// load that ended leaves nothing to refuse, and its next
+		// arrivals, calm, end the overload.
+	case calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served):
 		l.calmRun++
-	} else {
+	default:
 		l.calmRun = 0
 	}
 	if l.calmRun >= calmWindows || l.belowRun >= calmWindows {
