@@ -611,7 +611,7 @@ func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Perm
 		}
 		return Permit{}, nil, expected, nil
 	case wait && l.suspect.Load():
-		p, w, err := l.suspectEnter(c, at)
+		p, w, err := l.suspectEnter(c, deadline, at)
 		return p, w, 0, err
 	}
 	return Permit{}, nil, 0, nil
@@ -897,10 +897,7 @@ func (l *Limiter) roll(at int64) {
 		// slower completes few).
 		l.lastMean.Store(win.least)
 	}
-	l.hist[l.histAt] = win
-	at0 := l.histAt
-	l.histAt = (l.histAt + 1) % historyWindows
-	l.histN = min(l.histN+1, historyWindows)
+	l.record(win)
 	l.last, l.winStart = cur, at
 	l.winEnd.Store(at + w)
 	per, stalled := l.timePerDone()
@@ -911,8 +908,6 @@ func (l *Limiter) roll(at int64) {
 		late = late || l.recent(i).abandoned > 0
 	}
 	l.lateLately.Store(late)
-	l.hist[at0].queued = l.suspect.Load()
-	l.hist[at0].busy = !l.calmLately()
 	if l.floorFor > 0 && !l.overloaded.Load() {
 		l.floorFor-- // checkModel's floor lasts historyWindows windows outside an overload
 	}
@@ -937,6 +932,17 @@ func (l *Limiter) roll(at int64) {
 	default:
 		l.whileNot(win)
 	}
+}
+
+// record adds win to the history as its latest window, queued if the
+// server is suspect, busy if the arrivals of the last rateWindows
+// windows, win's included, exceeded their completions. l.mu is held.
+func (l *Limiter) record(win window) {
+	win.queued = l.suspect.Load()
+	l.hist[l.histAt] = win
+	l.histAt = (l.histAt + 1) % historyWindows
+	l.histN = min(l.histN+1, historyWindows)
+	l.recent(0).busy = !l.calmLately()
 }
 
 // recent returns the i-th most recent window (0: the last one). l.mu is

@@ -35,10 +35,8 @@ func TestStarvedWindowsKeepTheOverload(t *testing.T) {
 	for i := range 3 * calmWindows {
 		// What the trace showed: nothing arrived, 85 completed, all of
 		// them too late for their callers.
-		starved := window{dur: int64(l.cfg.Window), done: 85, abandoned: 85, wasted: 85, inflight: inflight}
-		l.hist[l.histAt] = starved
-		l.histAt = (l.histAt + 1) % historyWindows
-		l.histN = min(l.histN+1, historyWindows)
+		starved := window{dur: int64(l.cfg.Window), done: 85, abandoned: 85, wasted: 85, inflight: inflight, over: true}
+		l.record(starved)
 		l.whileOverloaded(starved, l.now())
 		if !l.overloaded.Load() {
 			t.Fatalf("overload ended after %d windows in which nothing arrived, with %d in flight", i+1, inflight)
@@ -67,12 +65,7 @@ func TestBaseIgnoresAGrowingQueue(t *testing.T) {
 	for range 64 {
 		// A queue building: twice as many arrived as completed, and the
 		// successes took half a second.
-		w := window{dur: int64(l.cfg.Window), arrived: 200, done: 100, latSum: 100 * (500 * time.Millisecond).Nanoseconds(), latN: 100, least: (400 * time.Millisecond).Nanoseconds(), inflight: 5000}
-		l.hist[l.histAt] = w
-		at := l.histAt
-		l.histAt = (l.histAt + 1) % historyWindows
-		l.histN = min(l.histN+1, historyWindows)
-		l.hist[at].busy = !l.calmLately()
+		l.record(window{dur: int64(l.cfg.Window), arrived: 200, done: 100, latSum: 100 * (500 * time.Millisecond).Nanoseconds(), latN: 100, least: (400 * time.Millisecond).Nanoseconds(), inflight: 5000})
 	}
 	if after := l.pooledMean(); after > 2*before {
 		t.Errorf("base %v after a queue built for 64 windows, %v before: it followed the queue", time.Duration(after), time.Duration(before))

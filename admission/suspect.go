@@ -92,7 +92,7 @@ type suspectWaiter struct {
 	admitted bool  // given a slot (counted in inflight); else: decide again
 	closed   bool  // ready was closed
 	gone     bool  // its caller left
-	budget   int64 // nanoseconds its caller's deadline left when it began to wait; 0: none
+	budget   int64 // nanoseconds its caller's deadline left when it began to wait; 0: none (set before it is shared)
 }
 
 // becomeSuspect starts the suspect phase at the end of window win, with
@@ -431,11 +431,11 @@ func (l *Limiter) takeUnder(limit int64) bool {
 	return false
 }
 
-// suspectEnter admits a request of class c that arrived at at while the
-// server is suspect, at once under the cap (p), or returns the waiter it
-// is to wait as (w; see await); neither when the server is no longer
-// suspect.
-func (l *Limiter) suspectEnter(c Class, at int64) (Permit, *suspectWaiter, error) {
+// suspectEnter admits a request of class c, with deadline (zero: none),
+// that arrived at at while the server is suspect, at once under the cap
+// (p), or returns the waiter it is to wait as (w; see await); neither
+// when the server is no longer suspect.
+func (l *Limiter) suspectEnter(c Class, deadline time.Time, at int64) (Permit, *suspectWaiter, error) {
 	limit := l.suspectLimit(c)
 	if l.takeUnder(limit) {
 		return l.permit(at, 0), nil, nil
@@ -444,6 +444,9 @@ func (l *Limiter) suspectEnter(c Class, at int64) (Permit, *suspectWaiter, error
 		return p, nil, nil
 	}
 	w := &suspectWaiter{ready: make(chan struct{})}
+	if !deadline.IsZero() {
+		w.budget = max(int64(deadline.Sub(l.wall(at))), 1)
+	}
 	l.sq.mu.Lock()
 	if !l.suspect.Load() {
 		l.sq.mu.Unlock()
@@ -507,9 +510,6 @@ func (l *Limiter) admitBefore(w *suspectWaiter, c Class, deadline time.Time) (st
 		return nil
 	}
 	left := deadline.Sub(l.wall(l.now()))
-	l.sq.mu.Lock()
-	w.budget = max(int64(left), 1)
-	l.sq.mu.Unlock()
 	room := min(left/2, left-3*time.Duration(l.baseNow.Load()))
 	if room <= 0 {
 		l.admitWaiter(w, c, left)
