@@ -78,9 +78,15 @@ const (
 	// probeEvery windows of overload, a probe tells a closed loop from an
 	// open one (see Limiter); probeWindows is its length (longer at low
 	// rates: probeArrivals), its second half measured; closedRatio is the
-	// drop of arrivals that says "closed".
+	// drop of arrivals that says "closed". Not a half of one window: a
+	// tier starved of CPU reads its callers' connections late, in bursts
+	// (windows of nothing, then hundreds), and a gateway at twice its
+	// chain's capacity, open loop, read 9 arrivals in a second half of 12
+	// ms where 8 a millisecond came before: read as a closed loop's
+	// pause, it ended the overload, and the gateway never refused again
+	// (busy's CPU-bound overload, TestProbeOutlastsAStarvedWindow).
 	probeEvery    = 50
-	probeWindows  = 2
+	probeWindows  = 8
 	probeArrivals = 32
 	closedRatio   = 0.5
 )
@@ -289,7 +295,7 @@ func (c *Config) resolve() error {
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
 // arrivals exceed completions forever. Every 50 windows of overload,
-// Wait holds the requests it refuses for a while (two windows, or long
+// Wait holds the requests it refuses for a while (eight windows, or long
 // enough to expect 32 arrivals) before it answers: a closed loop's
 // callers then wait, and its arrivals fall by half or more in the second
 // half, while an open loop's do not. A fall ends the overload.
@@ -388,6 +394,8 @@ type Limiter struct {
 	suspectAll int64                  // windows since the server became suspect
 	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
 	suspectIn  int64                  // in flight when it became suspect
+	rolls      int64                  // windows recorded since New
+	carry      suspectCarry           // what the last suspect phase that ended calm counted
 	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
 	floor      int64                  // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
@@ -939,6 +947,7 @@ func (l *Limiter) roll(at int64) {
 // windows, win's included, exceeded their completions. l.mu is held.
 func (l *Limiter) record(win window) {
 	win.queued = l.suspect.Load()
+	l.rolls++
 	l.hist[l.histAt] = win
 	l.histAt = (l.histAt + 1) % historyWindows
 	l.histN = min(l.histN+1, historyWindows)
@@ -1039,7 +1048,8 @@ func lateOnly(win window) bool {
 
 // pooledMean returns the mean latency of the successes in the history's
 // windows outside an overload, 0 for fewer than minSamples: of the calm
-// ones (not busy) if they hold minSamples, else of all. A queue that
+// ones (not busy) if they hold minSamples, else of all, but right after
+// an overload (0: the base stays). A queue that
 // builds raises the latency of what completes; taken as the base, it
 // raised the threshold with it, so that what the server held never
 // looked like a queue again: a starved tier whose overload had ended
@@ -1048,11 +1058,18 @@ func lateOnly(win window) bool {
 // TestBaseIgnoresAGrowingQueue). A server that became slower is calm
 // again once what it holds matches its new latency, and its base follows
 // from then on; one with no calm window yet (a cold start that fills
-// up) takes what it has. l.mu is held.
+// up) takes what it has. Not a server whose history holds an overload:
+// right after one, it holds only the overload's windows and the busy
+// ones after it, and a gateway's base went from 1.3 to 26 ms in one
+// window, its queue's latency (TestBaseKeptAfterAnOverload). l.mu is
+// held.
 func (l *Limiter) pooledMean() int64 {
 	var sum, n, calmSum, calmN int64
+	overload := false
 	for i := range l.histN {
-		if w := l.recent(i); !w.over && !w.queued {
+		w := l.recent(i)
+		overload = overload || w.over
+		if !w.over && !w.queued {
 			sum, n = sum+w.latSum, n+w.latN
 			if !w.busy {
 				calmSum, calmN = calmSum+w.latSum, calmN+w.latN
@@ -1062,7 +1079,7 @@ func (l *Limiter) pooledMean() int64 {
 	if calmN >= minSamples {
 		return calmSum / calmN
 	}
-	if n < minSamples {
+	if n < minSamples || overload && l.base != 0 {
 		return 0
 	}
 	return sum / n

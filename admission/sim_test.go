@@ -63,6 +63,11 @@ type sim struct {
 	// off: no limiter at all (retries off's server): every request goes
 	// in.
 	off bool
+	// starve, when set, gives for a request sent at a time when the
+	// server reads it, that time or later: a tier starved of CPU reads
+	// its callers' connections late, and what they sent meanwhile at
+	// once. Its caller's deadline runs from when it was sent.
+	starve func(sent time.Duration) time.Duration
 }
 
 type simReq struct {
@@ -236,6 +241,12 @@ func (s *sim) arrive(caller int, class Class, deadline time.Duration) {
 	var dl time.Time
 	if deadline > 0 {
 		dl = s.clk.Now().Add(deadline)
+	}
+	if s.starve != nil {
+		if read, sent := s.starve(s.el), s.el; read > sent {
+			s.at(read, func() { s.decide(caller, class, dl, sent) })
+			return
+		}
 	}
 	s.decide(caller, class, dl, s.el)
 }

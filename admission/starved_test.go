@@ -52,16 +52,8 @@ func TestStarvedWindowsKeepTheOverload(t *testing.T) {
 // -> 909 ms over three seconds, 7 768 in flight), so that what it held
 // never again looked like a queue, and it was never suspect again.
 func TestBaseIgnoresAGrowingQueue(t *testing.T) {
-	s := newSim(t, Config{}, 8, time.Millisecond, 1)
-	s.closed(4, 0, time.Second)
-	s.run(time.Second)
-	l := s.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l := calmLimiter(t)
 	before := l.pooledMean()
-	if before <= 0 || before > 2*time.Millisecond.Nanoseconds() {
-		t.Fatalf("base %v after a second of a calm closed loop on 1 ms workers: the test shows nothing", time.Duration(before))
-	}
 	for range 64 {
 		// A queue building: twice as many arrived as completed, and the
 		// successes took half a second.
@@ -70,4 +62,42 @@ func TestBaseIgnoresAGrowingQueue(t *testing.T) {
 	if after := l.pooledMean(); after > 2*before {
 		t.Errorf("base %v after a queue built for 64 windows, %v before: it followed the queue", time.Duration(after), time.Duration(before))
 	}
+}
+
+// Right after an overload the history holds the overload's windows and
+// the busy ones after it, no calm one: the base stays what it was
+// rather than the latency of the queue the overload left. Traced in
+// busy's CPU-bound overload: a gateway's base went from 1.3 to 26 ms in
+// the first window after its overload ended.
+func TestBaseKeptAfterAnOverload(t *testing.T) {
+	l := calmLimiter(t)
+	before := l.base
+	win := int64(l.cfg.Window)
+	for range historyWindows {
+		l.record(window{dur: win, arrived: 40, refused: 50, done: 50, latSum: 50 * (20 * time.Millisecond).Nanoseconds(), latN: 50, inflight: 100, over: true})
+	}
+	// The overload ended; what it left is served, and more arrives.
+	after := window{dur: win, arrived: 90, done: 74, latSum: 74 * (26 * time.Millisecond).Nanoseconds(), latN: 74, inflight: 120}
+	l.record(after)
+	l.whileNot(after)
+	if l.base != before {
+		t.Errorf("base %v right after an overload, %v before it: it took the latency of the queue the overload left", time.Duration(l.base), time.Duration(before))
+	}
+}
+
+// calmLimiter returns the Limiter of a server on 8 workers of 1 ms after
+// a second of a calm closed loop of 4 callers, with its base, and with
+// its lock held until the test ends.
+func calmLimiter(t *testing.T) *Limiter {
+	t.Helper()
+	s := newSim(t, Config{}, 8, time.Millisecond, 1)
+	s.closed(4, 0, time.Second)
+	s.run(time.Second)
+	l := s.l
+	l.mu.Lock()
+	t.Cleanup(l.mu.Unlock)
+	if l.base <= 0 || l.base > 2*time.Millisecond.Nanoseconds() {
+		t.Fatalf("base %v after a second of a calm closed loop on 1 ms workers: the test shows nothing", time.Duration(l.base))
+	}
+	return l
 }

@@ -1,0 +1,90 @@
+package admission
+
+import (
+	"testing"
+	"time"
+)
+
+// A probe's verdict outlasts a window in which a starved tier read
+// nothing. Traced in busy's CPU-bound overload (every tier of a chain on
+// two busy cores): a gateway at twice its chain's capacity, open loop,
+// read 9 arrivals in its probe's second half of 12 ms where 8 a
+// millisecond had come before; read as a closed loop's pause, that ended
+// the overload, and the gateway, flooded, never refused again. Here the
+// server reads 12 ms of every 30 late, at once at their end, and an open
+// loop at twice its capacity stays overloaded until it ends (before, its
+// overload ended in 7 seeds of 8).
+func TestProbeOutlastsAStarvedWindow(t *testing.T) {
+	for seed := range uint64(8) {
+		s := starvedOverload(t, seed, 30*time.Millisecond, 12*time.Millisecond, 4*time.Second)
+		was, ever, ends := false, false, 0
+		for d := time.Second; d < 4*time.Second; d += time.Millisecond {
+			s.at(d, func() {
+				o := s.l.Overloaded()
+				if was && !o {
+					ends++
+				}
+				was, ever = o, ever || o
+			})
+		}
+		s.run(4 * time.Second)
+		if !ever {
+			t.Fatalf("seed %d: never overloaded at twice its capacity: the test shows nothing", seed)
+		}
+		if ends > 0 {
+			t.Errorf("seed %d: the overload ended %d times while the open loop went on at twice the capacity", seed, ends)
+		}
+	}
+}
+
+// A suspect phase that ended calm by chance goes on where it stopped if
+// the server is suspect again soon after. Traced in busy's CPU-bound
+// overload: a starved gateway read its arrivals in bursts (none for a
+// window, hundreds in the next), and an open loop at twice its chain's
+// capacity looked calm for two windows about every 30, the wait's
+// length before the server is overloaded; each time, the phase started
+// over, everyone waiting went in, and the gateway was never overloaded
+// (116 in flight, then 1 200, 3 267, 8 071). Here the server reads 25
+// ms of every 100 late, at once at their end: before, it was never
+// overloaded in 2 s of an open loop at twice its capacity (6 seeds of
+// 6).
+func TestSuspectGoesOnAfterACalmByChance(t *testing.T) {
+	for seed := range uint64(6) {
+		s := starvedOverload(t, seed, 100*time.Millisecond, 25*time.Millisecond, 3*time.Second)
+		var overloadedAt time.Duration
+		for d := time.Second; d < 3*time.Second; d += time.Millisecond {
+			s.at(d, func() {
+				if overloadedAt == 0 && s.l.Overloaded() {
+					overloadedAt = d
+				}
+			})
+		}
+		s.run(3 * time.Second)
+		if overloadedAt == 0 {
+			t.Errorf("seed %d: never overloaded in 2 s of an open loop at twice its capacity", seed)
+			continue
+		}
+		t.Logf("seed %d: overloaded %v into the overload", seed, overloadedAt-time.Second)
+	}
+}
+
+// starvedOverload returns a simulated server on 2 workers of 1 ms, sent
+// open-loop arrivals at half its capacity for a second and then at
+// twice it until end, 1 s deadlines, which reads what is sent in the
+// first gap of every period from the second on only at the gap's end.
+func starvedOverload(t *testing.T, seed uint64, every, gap, end time.Duration) *sim {
+	t.Helper()
+	const workers, service = 2, time.Millisecond
+	capacity := workers / service.Seconds()
+	s := newSim(t, Config{}, workers, service, seed)
+	s.late = true
+	s.starve = func(sent time.Duration) time.Duration {
+		if sent >= time.Second && sent%every < gap {
+			return sent.Truncate(every) + gap
+		}
+		return sent
+	}
+	s.open(0.5*capacity, 0, time.Second, time.Second)
+	s.open(2*capacity, time.Second, end, time.Second)
+	return s
+}
