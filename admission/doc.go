@@ -83,10 +83,8 @@
 // A closed loop that is still ramping up (a load test starting its
 // callers) looks like the start of an overload: a suspect server queues
 // rather than refuses until the arrivals have exceeded the completions
-// for long enough (a phase that ended calm and starts again soon after
-// goes on where it stopped). It is calm again, and admits everyone
-// waiting, once what it holds (in flight and waiting) stops growing
-// while it serves; a
+// for long enough. It is calm again, and admits everyone waiting, once
+// what it holds (in flight and waiting) stops growing while it serves; a
 // waiter whose deadline comes close goes in while the server serves in
 // time; and a server with no measured latency yet, or whose completions
 // all fail (failing, not busy), holds no one. A request that ends

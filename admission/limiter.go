@@ -84,7 +84,10 @@ const (
 	// chain's capacity, open loop, read 9 arrivals in a second half of 12
 	// ms where 8 a millisecond came before: read as a closed loop's
 	// pause, it ended the overload, and the gateway never refused again
-	// (busy's CPU-bound overload, TestProbeOutlastsAStarvedWindow).
+	// (busy's CPU-bound overload, TestProbeOutlastsAStarvedWindow). The
+	// price: during a probe, every 50 windows of an overload, a refused
+	// request waits up to 8 windows (80 ms) for its refusal, and a caller
+	// whose deadline is nearer gets its deadline's error instead.
 	probeEvery    = 50
 	probeWindows  = 8
 	probeArrivals = 32
@@ -394,8 +397,6 @@ type Limiter struct {
 	suspectAll int64                  // windows since the server became suspect
 	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
 	suspectIn  int64                  // in flight when it became suspect
-	rolls      int64                  // windows recorded since New
-	carry      suspectCarry           // what the last suspect phase that ended calm counted
 	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
 	floor      int64                  // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
@@ -947,7 +948,6 @@ func (l *Limiter) roll(at int64) {
 // windows, win's included, exceeded their completions. l.mu is held.
 func (l *Limiter) record(win window) {
 	win.queued = l.suspect.Load()
-	l.rolls++
 	l.hist[l.histAt] = win
 	l.histAt = (l.histAt + 1) % historyWindows
 	l.histN = min(l.histN+1, historyWindows)
@@ -994,11 +994,12 @@ func (l *Limiter) whileNot(win window) {
 	// successes: a base from the first success or two made a cold
 	// server suspect in a load test's ramp, and held its callers (p99
 	// at 128 callers 1.2x).
-	base := max(l.pooledMean(), l.cold.floor) // at a cold start, see coldStart
+	mean, keep := l.pooledMean()
+	base := max(mean, l.cold.floor) // at a cold start, see coldStart
 	if l.floorFor > 0 {
 		base = max(base, l.floor)
 	}
-	if base != 0 && base != l.base {
+	if !keep && base != 0 && base != l.base {
 		// With no sample in the history (an outage whose requests all
 		// failed), the last base stays.
 		l.base = base
@@ -1048,8 +1049,8 @@ func lateOnly(win window) bool {
 
 // pooledMean returns the mean latency of the successes in the history's
 // windows outside an overload, 0 for fewer than minSamples: of the calm
-// ones (not busy) if they hold minSamples, else of all, but right after
-// an overload (0: the base stays). A queue that
+// ones (not busy) if they hold minSamples, else of all; or keep, and
+// the base stays, right after an overload. A queue that
 // builds raises the latency of what completes; taken as the base, it
 // raised the threshold with it, so that what the server held never
 // looked like a queue again: a starved tier whose overload had ended
@@ -1063,7 +1064,7 @@ func lateOnly(win window) bool {
 // ones after it, and a gateway's base went from 1.3 to 26 ms in one
 // window, its queue's latency (TestBaseKeptAfterAnOverload). l.mu is
 // held.
-func (l *Limiter) pooledMean() int64 {
+func (l *Limiter) pooledMean() (mean int64, keep bool) {
 	var sum, n, calmSum, calmN int64
 	overload := false
 	for i := range l.histN {
@@ -1076,13 +1077,15 @@ func (l *Limiter) pooledMean() int64 {
 			}
 		}
 	}
-	if calmN >= minSamples {
-		return calmSum / calmN
+	switch {
+	case calmN >= minSamples:
+		return calmSum / calmN, false
+	case overload && l.base != 0:
+		return 0, true
+	case n < minSamples:
+		return 0, false
 	}
-	if n < minSamples || overload && l.base != 0 {
-		return 0
-	}
-	return sum / n
+	return sum / n, false
 }
 
 // growing reports whether the arrivals exceed the completions in win,

@@ -26,9 +26,7 @@ import (
 // expect if longer (recomputed every window as the time per completion
 // settles; 60 windows in all at most), or as soon as thousands wait, the
 // server is overloaded, and the waiters are refused (they waited while
-// newer requests went first: they are the overload). A phase that ended
-// calm by chance and starts again soon after counts on from where it
-// stopped (suspectCarry). Serving the newest
+// newer requests went first: they are the overload). Serving the newest
 // first keeps the latency of what is served short while the server is
 // suspect; the handler's own queue holds no more than it did at the
 // start, or than the cap grew to while the server showed room for more
@@ -108,9 +106,7 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	// already, and holding them would only move their wait here, where
 	// a deadline can end it.
 	l.suspectCap.Store(max(l.throughputNeed(per), win.inflight))
-	l.suspectFor, l.suspectAll = l.carry.left(l.rolls)
-	l.suspectIn = win.inflight
-	l.carry = suspectCarry{}
+	l.suspectFor, l.suspectAll, l.suspectIn = 0, 0, win.inflight
 	l.suspectMax = l.suspectLength(per)
 	l.calmRun = 0
 	l.held = [calmWindows + 1]int64{}
@@ -319,9 +315,6 @@ func (l *Limiter) whileSuspect(win window) {
 	failing := win.done > win.abandoned && l.failingLately()
 	if l.calmRun >= calmWindows || failing {
 		l.endSuspect()
-		if !failing {
-			l.carry = suspectCarry{at: l.rolls, waited: l.suspectFor, all: l.suspectAll}
-		}
 		return
 	}
 	// While the completions still grow (the cap with them), the server
@@ -356,33 +349,7 @@ func (l *Limiter) whileSuspect(win window) {
 func (l *Limiter) endSuspect() {
 	l.suspect.Store(false)
 	l.growthRun, l.calmRun = 0, 0
-	l.carry = suspectCarry{}
 	l.releaseSuspect(true)
-}
-
-// suspectCarry is what a suspect phase that ended calm had counted
-// (suspectFor, suspectAll), at the window it ended (Limiter.rolls); a
-// phase that starts within as many windows goes on from there, less the
-// windows between. Calm is read over a few windows, and a tier starved
-// of CPU reads its arrivals in bursts (none for a window, hundreds in
-// the next), so that an open loop at twice a gateway's capacity looked
-// calm by chance, every 30 windows or so: each time the phase started
-// over, the server was never overloaded, and each calm let everyone
-// waiting in (a gateway went from 116 in flight to 8 071 in under 2 s;
-// busy's CPU-bound overload, TestSuspectGoesOnAfterACalmByChance). A
-// closed loop whose ramp ended is not suspect again; one whose callers
-// come in waves is, briefly and mostly after a pause longer than its
-// phases (about 5 windows each, 3 to 30 apart, in the slow scenario's
-// payment), and carries little or nothing.
-type suspectCarry struct {
-	at, waited, all int64
-}
-
-// left returns suspectFor and suspectAll for a phase that starts at
-// window now.
-func (c suspectCarry) left(now int64) (waited, all int64) {
-	gap := now - c.at
-	return max(c.waited-gap, 0), max(c.all-gap, 0)
 }
 
 // hangAfter is how long a server with mean latency mean serves nothing
