@@ -1049,8 +1049,9 @@ func lateOnly(win window) bool {
 
 // pooledMean returns the mean latency of the successes in the history's
 // windows outside an overload, 0 for fewer than minSamples: of the calm
-// ones (not busy) if they hold minSamples, else of all; or keep, and
-// the base stays, right after an overload. A queue that
+// ones (not busy) if they hold minSamples, else of all; or keep (the
+// base stays) while the history holds an overload's windows and no calm
+// ones, and the server has a base. A queue that
 // builds raises the latency of what completes; taken as the base, it
 // raised the threshold with it, so that what the server held never
 // looked like a queue again: a starved tier whose overload had ended
