@@ -26,7 +26,8 @@ import (
 // expect if longer (recomputed every window as the time per completion
 // settles; 60 windows in all at most), or as soon as thousands wait, the
 // server is overloaded, and the waiters are refused (they waited while
-// newer requests went first: they are the overload). Serving the newest
+// newer requests went first: they are the overload), unless the new
+// arrivals, refused, come back at once (verdict). Serving the newest
 // first keeps the latency of what is served short while the server is
 // suspect; the handler's own queue holds no more than it did at the
 // start, or than the cap grew to while the server showed room for more
@@ -333,6 +334,9 @@ func (l *Limiter) whileSuspect(win window) {
 		return
 	}
 	l.mdl.reset(l.winStart)
+	l.spinBefore = l.offeredRate(rateWindows)
+	c := l.counters()
+	l.spinAt, l.spinFrom = l.now(), c.arrived+c.refused
 	// Overloaded first: a request that arrives between the two stores
 	// meets the overload rule, not no rule at all (gate reads
 	// overloaded first).
@@ -341,7 +345,39 @@ func (l *Limiter) whileSuspect(win window) {
 	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
 	l.following = false
 	l.startJudging()
-	l.releaseSuspect(false)
+	if full {
+		l.releaseSuspect(false)
+		return
+	}
+	// The waiters wait on until the new arrivals' answers tell a closed
+	// loop from an open one (see verdict).
+	l.pending = true
+}
+
+// verdict decides, in the first windows of an overload that began with
+// waiters, whether they are an overload's (refused) or a closed loop's
+// callers (the server is suspect again, and they wait on): a closed
+// loop's callers, refused, send again at once, and the requests offered
+// come at spinRatio times the rate of before (spinning); an open loop's
+// arrivals do not follow the answers. It reports whether the overload
+// ended. l.mu is held.
+func (l *Limiter) verdict(win window) bool {
+	if !l.pending {
+		return false
+	}
+	switch {
+	case l.spinning():
+		l.pending = false
+		l.endOverload()
+		per := l.perDone.Load()
+		l.becomeSuspect(win, max(per, 1))
+		l.dispatchSuspect()
+		return true
+	case l.overSince >= spinWindows:
+		l.pending = false
+		l.releaseSuspect(false)
+	}
+	return false
 }
 
 // endSuspect ends the suspect phase: the server is calm, and everyone
