@@ -252,16 +252,11 @@ func (l *Limiter) roomFor(win window) int64 {
 	if !held || !l.roomSeen.Swap(false) {
 		return 0
 	}
-	var dur, arrived int64
-	for i := range min(rateWindows, l.histN) {
-		w := l.recent(i)
-		dur += w.dur
-		arrived += w.arrived + w.refused
-	}
-	if dur == 0 {
+	rate := l.offeredRate(rateWindows)
+	if rate == 0 {
 		return 0
 	}
-	need := int64(2 * float64(arrived) / float64(dur) * float64(l.suspSum.Load()/n))
+	need := int64(2 * rate * float64(l.suspSum.Load()/n))
 	return min(2*limit, need)
 }
 
