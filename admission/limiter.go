@@ -97,13 +97,17 @@ const (
 	// offered meanwhile come at spinRatio times the rate of before, its
 	// callers send again the moment they are refused, a closed loop
 	// (still ramping up), and the server is suspect again; if not, the
-	// waiters are refused (see verdict). A load test that ramps 512
-	// callers over 1.6 s into a pool, over TCP, offered 8-17 times the
-	// rate of before in the first window; busy's CPU-bound overload, an
-	// open loop at twice its chain's capacity read by a starved
-	// gateway, at most 2 times.
-	spinWindows = 4
-	spinRatio   = 4
+	// waiters are refused (see verdict). Measured (a tier that logged
+	// the ratio): ghz ramping 512 callers over 1.6 s into a pool, over
+	// TCP, 7.4-17 in the first window; the bench's own Go callers with
+	// race-enabled tiers on two loaded cores, where the refusals' round
+	// trips are slow and the machine bounds the spin, 2.0-4.2 in the
+	// first window and 3.2-3.8 by the seventh; busy's CPU-bound overload,
+	// an open loop at twice its chain's capacity read by a starved
+	// gateway in bursts, 0.2-2.0 (13 runs). The price for an open loop:
+	// its waiters are refused up to 8 windows (at most 80 ms) later.
+	spinWindows = 8
+	spinRatio   = 3
 )
 
 // ErrInvalidConfig is wrapped by the error New returns for an invalid
