@@ -62,6 +62,36 @@ type Result struct {
 type FixedLoad interface {
 	Name() string
 	Fixed(ctx context.Context, addr string, callers int, d, deadline time.Duration) (Result, error)
+	// Ramped is Fixed with the callers started as r says.
+	Ramped(ctx context.Context, addr string, callers int, r Ramp, d, deadline time.Duration) (Result, error)
+}
+
+// Ramp starts the callers of a fixed-concurrency load over time, as a
+// load test's ramp does (ghz --concurrency-schedule step, k6's ramping
+// users): Start callers at once, then Step more every Every, up to all.
+// The zero Ramp starts them all at once.
+type Ramp struct {
+	Start, Step int
+	Every       time.Duration
+}
+
+// startOf returns when caller i (from 0) starts.
+func (r Ramp) startOf(i int) time.Duration {
+	if r.Step <= 0 || r.Every <= 0 || i < r.Start {
+		return 0
+	}
+	return time.Duration((i-r.Start)/r.Step+1) * r.Every
+}
+
+// valid reports whether r is the zero Ramp or a ramp of callers.
+func (r Ramp) valid(callers int) error {
+	if r == (Ramp{}) {
+		return nil
+	}
+	if r.Start <= 0 || r.Start > callers || r.Step <= 0 || r.Every <= 0 {
+		return fmt.Errorf("ramp %+v of %d callers: want 0 < Start <= callers, Step > 0, Every > 0", r, callers)
+	}
+	return nil
 }
 
 // dial connects to addr with a plain client: no interceptor, no retry
@@ -114,17 +144,30 @@ func (GoLoad) Name() string { return "go" }
 
 // Fixed implements FixedLoad.
 func (g GoLoad) Fixed(ctx context.Context, addr string, callers int, d, deadline time.Duration) (Result, error) {
+	return g.Ramped(ctx, addr, callers, Ramp{}, d, deadline)
+}
+
+// Ramped implements FixedLoad.
+func (g GoLoad) Ramped(ctx context.Context, addr string, callers int, r Ramp, d, deadline time.Duration) (Result, error) {
 	var length atomic.Int64
 	length.Store(int64(d))
-	return g.FixedGrowing(ctx, addr, callers, &length, deadline)
+	return g.ramped(ctx, addr, callers, r, &length, deadline)
 }
 
 // FixedGrowing implements growingLoad: Fixed for as long as length says
 // (nanoseconds), which another goroutine may raise while the load runs;
 // the Result's Length is its last value.
 func (g GoLoad) FixedGrowing(ctx context.Context, addr string, callers int, length *atomic.Int64, deadline time.Duration) (Result, error) {
+	return g.ramped(ctx, addr, callers, Ramp{}, length, deadline)
+}
+
+// ramped is FixedGrowing with the callers started as r says.
+func (g GoLoad) ramped(ctx context.Context, addr string, callers int, r Ramp, length *atomic.Int64, deadline time.Duration) (Result, error) {
 	if d := time.Duration(length.Load()); callers <= 0 || d <= 0 {
 		return Result{}, fmt.Errorf("fixed load: %d callers for %v: want both > 0", callers, d)
+	}
+	if err := r.valid(callers); err != nil {
+		return Result{}, fmt.Errorf("fixed load: %w", err)
 	}
 	conns, err := dial(addr, g.Connections)
 	if err != nil {
@@ -137,6 +180,12 @@ func (g GoLoad) FixedGrowing(ctx context.Context, addr string, callers int, leng
 	for i := range callers {
 		cl := testsvcv1.NewTestServiceClient(conns[i%len(conns)])
 		wg.Go(func() {
+			if wait := r.startOf(i); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+				}
+			}
 			for time.Since(t0) < time.Duration(length.Load()) && ctx.Err() == nil {
 				per[i] = append(per[i], call(ctx, cl, t0, deadline))
 			}
@@ -281,8 +330,17 @@ func (Ghz) Name() string { return "ghz" }
 // output whose per-request details give every request's end, latency
 // and status.
 func (g Ghz) Fixed(ctx context.Context, addr string, callers int, d, deadline time.Duration) (Result, error) {
+	return g.Ramped(ctx, addr, callers, Ramp{}, d, deadline)
+}
+
+// Ramped implements FixedLoad: Fixed, with ghz's step concurrency
+// schedule for a ramp.
+func (g Ghz) Ramped(ctx context.Context, addr string, callers int, r Ramp, d, deadline time.Duration) (Result, error) {
 	if callers <= 0 || d <= 0 || deadline < 0 {
 		return Result{}, fmt.Errorf("ghz: %d callers for %v, deadline %v: want callers and length > 0", callers, d, deadline)
+	}
+	if err := r.valid(callers); err != nil {
+		return Result{}, fmt.Errorf("ghz: %w", err)
 	}
 	args := []string{
 		"--insecure",
@@ -296,8 +354,13 @@ func (g Ghz) Fixed(ctx context.Context, addr string, callers int, d, deadline ti
 		"--duration-stop", "wait",
 		"--connections", strconv.Itoa(max(g.Connections, 1)),
 		"-O", "json",
-		addr,
 	}
+	if r != (Ramp{}) {
+		args = append(args, "--concurrency-schedule", "step",
+			"--concurrency-start", strconv.Itoa(r.Start), "--concurrency-step", strconv.Itoa(r.Step),
+			"--concurrency-step-duration", r.Every.String(), "--concurrency-end", strconv.Itoa(callers))
+	}
+	args = append(args, addr)
 	// Generous: with no deadline a hung request would hold ghz forever.
 	ctx, cancel := context.WithTimeout(ctx, d+deadline+2*time.Minute)
 	defer cancel()

@@ -109,6 +109,19 @@ type Params struct {
 	StartDeadline time.Duration
 	StartSlice    time.Duration
 	StartStacks   []string
+
+	// 7. A load test that ramps up: payment a worker pool (RampWork),
+	// the fixed-concurrency load's callers started as Ramp says, up to
+	// each of RampCallers, for RampLength, each request with
+	// RampDeadline; slices of RampSlice. Healthy: every refusal is one
+	// too many.
+	RampWork     Work
+	Ramp         Ramp
+	RampCallers  []int
+	RampLength   time.Duration
+	RampDeadline time.Duration
+	RampSlice    time.Duration
+	RampStacks   []string
 }
 
 // CapVariant is one table of scenario 1: payment's random failures and
@@ -226,6 +239,15 @@ var DefaultParams = Params{
 	StartDeadline: time.Second,
 	StartSlice:    500 * time.Millisecond,
 	StartStacks:   []string{baseline, "recommended", "recommended-health"},
+
+	// 700 ok/s; 16 callers, then 8 more every 25 ms: 512 in 1.55 s, 1 024
+	// in 3.1 s (ghz --concurrency-schedule step).
+	RampWork:    Work{Workers: 4, Hold: 5 * time.Millisecond},
+	Ramp:        Ramp{Start: 16, Step: 8, Every: 25 * time.Millisecond},
+	RampCallers: []int{128, 512, 1024},
+	RampLength:  4 * time.Second,
+	RampSlice:   500 * time.Millisecond,
+	RampStacks:  withStacks(true),
 }
 
 // The descriptions of the outage cases.
@@ -252,11 +274,12 @@ func Quick(p Params) Params {
 	p.OverAfter = 1500 * time.Millisecond
 	p.CapacityLength = time.Second
 	p.OutageCases = p.OutageCases[:2] // 128 callers, fail-all and kill
+	p.RampCallers = []int{512}
 	return p
 }
 
 // Scenarios are the scenario names, for the filter.
-var Scenarios = []string{"capacity", "slow", "replicas", "overload", "overload-cpu", "outage", "overload-spread", "start-spread"}
+var Scenarios = []string{"capacity", "slow", "replicas", "overload", "overload-cpu", "outage", "overload-spread", "start-spread", "ramp"}
 
 // Run runs the scenarios whose name matches only.
 func (h *Harness) Run(ctx context.Context, only *regexp.Regexp) error {
@@ -272,6 +295,7 @@ func (h *Harness) Run(ctx context.Context, only *regexp.Regexp) error {
 		{"outage", h.outage},
 		{"overload-spread", func(ctx context.Context) error { return h.overload(ctx, overloadSpread) }},
 		{"start-spread", h.startSpread},
+		{"ramp", h.ramp},
 	} {
 		if only == nil || only.MatchString(sc.name) {
 			if err := sc.run(ctx); err != nil {
@@ -555,6 +579,39 @@ func (h *Harness) startSpread(ctx context.Context) error {
 	}
 	t.write(h.Out)
 	h.sliceTable(stacks, medianSlicesOf(runs, p.StartSlice), p.StartSlice, 0, "success", func(sl Slice) string { return pct(sl.Success) })
+	return nil
+}
+
+// ramp is scenario 7: a load test that ramps its callers up into a
+// pool, which looks like an open-loop overload for as long as it ramps.
+func (h *Harness) ramp(ctx context.Context) error {
+	p := h.Params
+	stacks := h.stacks(p.RampStacks)
+	fmt.Fprintf(h.Out, "## 7. A load test that ramps up\n\n"+
+		"Payment is a pool of %d workers of %v; gateway and order forward. %s at a fixed concurrency whose callers start over time: "+
+		"%d at once, then %d more every %v, up to the number of callers (ghz --concurrency-schedule step), for %v per run, %s; "+
+		"median of %d interleaved runs. Nothing is overloaded (a closed loop at capacity): every refusal is one too many.\n\n",
+		p.RampWork.Workers, p.RampWork.Hold, h.Load.Name(), p.Ramp.Start, p.Ramp.Step, p.Ramp.Every, p.RampLength, deadline(p.RampDeadline), h.Runs)
+	t := newTable(fixedHead...)
+	var last map[string][]Slice // of the most callers
+	for _, n := range p.RampCallers {
+		spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{p.RampWork}} }
+		d := func(ctx context.Context, c *Chain) (Result, error) {
+			return h.Load.Ramped(ctx, c.Addr(), n, p.Ramp, p.RampLength, p.RampDeadline)
+		}
+		runs, err := h.runCase(ctx, fmt.Sprintf("ramp, %d callers", n), stacks, spec, d)
+		if err != nil {
+			return err
+		}
+		med := medianFigures(runs, 0, 0)
+		for _, s := range stacks {
+			fixedRow(t, n, s, med[s], med[baseline])
+		}
+		last = medianSlicesOf(runs, p.RampSlice)
+	}
+	t.write(h.Out)
+	n := p.RampCallers[len(p.RampCallers)-1]
+	h.sliceTable(stacks, last, p.RampSlice, 0, fmt.Sprintf("success at %d callers", n), func(sl Slice) string { return pct(sl.Success) })
 	return nil
 }
 
