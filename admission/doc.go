@@ -94,7 +94,13 @@
 // instead of sending it into the hang. A refused closed loop sends again
 // at once, so that its refused arrivals exceed its completions and it
 // looks overloaded for good; a probe tells it from an open loop (see
-// Limiter).
+// Limiter). A ramp that outlasts the suspect phase (512 callers started
+// over 1.5 s) makes the server overloaded all the same; the waiters then
+// wait a little longer, and the callers refused meanwhile, sending again
+// at once, show a closed loop: the server is suspect again (see verdict
+// in suspect.go). Each such overload refuses its first windows'
+// arrivals: over TCP, 265 of 3 600 requests of that ramp refused where
+// no limiter refuses any, p99 1.5 times as long.
 //
 // Config.MaxInFlight adds a fixed cap, with an optional short queue
 // (Config.QueueSize; Limiter.Wait: CoDel-style timeouts, and the newest
