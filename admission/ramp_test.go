@@ -15,7 +15,7 @@ import (
 // of 5 ms meeting 128 callers started over 400 ms refused 552 231
 // requests, and over TCP (busy's chain, ghz ramping 512 callers over
 // 1.6 s into such a pool) 81-89 % of all requests were refused. Now the
-// waiters wait on for a window or so when the overload begins, and the
+// waiters wait on for up to 8 windows when the overload begins, and the
 // callers refused meanwhile, sending again at once, show a closed loop:
 // the server is suspect again, its waiters served oldest first from
 // then on, and each caller meets a refusal about once per overload that
@@ -62,5 +62,87 @@ func TestLongRampBarelyRefused(t *testing.T) {
 				t.Errorf("served %d, want at least 98 %% of the %d served without a limiter", served, offServed)
 			}
 		})
+	}
+}
+
+// openRetrying sends Poisson arrivals at rate per second from start to
+// end, each with deadline (0: none), whose callers retry a refused
+// request after a pause of up to backoff, up to attempts in all (a retry
+// policy with a short backoff).
+func (s *sim) openRetrying(rate float64, start, end, deadline time.Duration, attempts int, backoff time.Duration) {
+	tries := map[int]int{}
+	id := 1 << 20
+	s.onAnswer = func(c int) {
+		if r := s.results[len(s.results)-1]; r.refused && tries[c] < attempts-1 {
+			tries[c]++
+			pause := time.Duration(s.rnd.Float64() * float64(backoff))
+			s.at(s.el+pause+100*time.Microsecond, func() { s.arrive(c, ClassRetry, deadline) })
+			return
+		}
+		delete(tries, c)
+	}
+	var next func()
+	next = func() {
+		if s.el >= end {
+			return
+		}
+		id++
+		s.arrive(id, ClassFirst, deadline)
+		s.at(s.el+max(time.Duration(s.rnd.ExpFloat64()/rate*float64(time.Second)), 1), next)
+	}
+	s.at(start, next)
+}
+
+// An open loop whose callers retry a refusal at once, up to 5 times,
+// offers up to 5 times its rate while it is refused, and read as a
+// closed loop's spin (the verdict's ratio at 3), its waiters waited on
+// and went in: the overload left thousands in flight, and none of the
+// half load after it was served within 2 s (a review's simulation: a
+// pool of 4 x 5 ms at 4x, retries within 10 ms, 1 s deadlines; 806-847
+// served with the verdict's parent). The ratio is 10.
+func TestRetryingOpenLoopKeepsItsOverload(t *testing.T) {
+	const capacity = 800.0
+	for seed := uint64(1); seed <= 2; seed++ {
+		s := newSim(t, Config{}, 4, 5*time.Millisecond, seed)
+		s.late = true
+		s.openRetrying(0.5*capacity, 0, time.Second, time.Second, 5, 10*time.Millisecond)
+		s.run(time.Second)
+		s.openRetrying(4*capacity, time.Second, 3*time.Second, time.Second, 5, 10*time.Millisecond)
+		s.run(3 * time.Second)
+		s.openRetrying(0.5*capacity, 3*time.Second, 5*time.Second, time.Second, 5, 10*time.Millisecond)
+		s.run(6 * time.Second)
+		refused, served, _ := s.in(time.Second, 3*time.Second)
+		_, after, p99 := s.in(3500*time.Millisecond, 5*time.Second)
+		t.Logf("seed %d: overload %d refused, %d served; after %d served, p99 %v; %d in flight at 6 s", seed, refused, served, after, p99, s.l.InFlight())
+		if after < 500 || p99 > 100*time.Millisecond {
+			t.Errorf("seed %d: %d served from 500 ms after the overload (400/s for 1.5 s), p99 %v; want >= 500, <= 100 ms", seed, after, p99)
+		}
+	}
+}
+
+// Waiters held for the verdict wait on a timer, not on the next window:
+// an open-loop burst that stops the moment the overload begins left them
+// waiting until the next arrival, seconds later, or for good (a
+// review's simulation: 211-741 still waiting at 5 s, nothing in
+// flight). And an overload that ends before its verdict refuses them,
+// as an overload's start did before there was a verdict: let in, they
+// were a backlog ahead of the load after it.
+func TestVerdictWaitersNotStuck(t *testing.T) {
+	for _, factor := range []float64{2, 4} {
+		s := newSim(t, Config{}, 4, 5*time.Millisecond, 1)
+		s.open(400, 0, time.Second, 0)
+		var next func()
+		next = func() {
+			if s.l.Overloaded() {
+				return // the burst stops with the overload's start
+			}
+			s.arrive(noCaller, ClassFirst, 0)
+			s.at(s.el+max(time.Duration(s.rnd.ExpFloat64()/(factor*800)*float64(time.Second)), 1), next)
+		}
+		s.at(time.Second, next)
+		s.run(3 * time.Second)
+		if n := len(s.parked); n != 0 {
+			t.Errorf("%.0fx: %d requests still waiting in the limiter 2 s after the burst stopped", factor, n)
+		}
 	}
 }

@@ -27,7 +27,8 @@ import (
 // settles; 60 windows in all at most), or as soon as thousands wait, the
 // server is overloaded, and the waiters are refused (they waited while
 // newer requests went first: they are the overload), unless the new
-// arrivals, refused, come back at once (verdict). Serving the newest
+// arrivals, refused, come back at once (verdict: a closed loop still
+// ramping up, whose waiters then wait on, oldest first). Serving the newest
 // first keeps the latency of what is served short while the server is
 // suspect; the handler's own queue holds no more than it did at the
 // start, or than the cap grew to while the server showed room for more
@@ -94,6 +95,7 @@ type suspectWaiter struct {
 	ready chan struct{}
 	// Guarded by suspectQueue.mu.
 	admitted bool  // given a slot (counted in inflight); else: decide again
+	refused  bool  // released as an overload's: refused
 	closed   bool  // ready was closed
 	gone     bool  // its caller left
 	budget   int64 // nanoseconds its caller's deadline left when it began to wait; 0: none (set before it is shared)
@@ -348,45 +350,63 @@ func (l *Limiter) whileSuspect(win window) {
 		return
 	}
 	// The waiters wait on until the new arrivals' answers tell a closed
-	// loop from an open one (see verdict).
+	// loop from an open one (verdict), for spinWindows windows at most,
+	// on a timer (windows end only with events: arrivals that stopped
+	// with the overload's start left the waiters waiting for the next).
 	l.pending = true
+	at := l.spinAt
+	l.afterFunc(time.Duration(spinWindows)*l.cfg.Window, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.pending && l.spinAt == at {
+			l.verdict(true)
+		}
+	})
 }
 
-// verdict decides, in the first windows of an overload that began with
-// waiters, whether they are an overload's (refused) or a closed loop's
-// callers (the server is suspect again, and they wait on): a closed
-// loop's callers, refused, send again at once, and the requests offered
-// come at spinRatio times the rate of before (spinning); an open loop's
-// arrivals do not follow the answers. It reports whether the overload
-// ended. l.mu is held.
-func (l *Limiter) verdict(win window) bool {
-	if !l.pending {
-		return false
-	}
+// verdict decides, while an overload that began with waiters is at most
+// spinWindows windows old (at the end of each window, and when they are
+// over, when it decides for good: final), whether its waiters are an
+// overload's (refused) or a closed loop's callers (the server is
+// suspect again, and they wait on): a closed loop's callers, refused,
+// send again at once, and the requests offered since the overload
+// began come at spinRatio times the rate of before, and at least
+// probeArrivals of them. An open loop's new arrivals do not follow the
+// answers, and what could read so is not near that ratio: a tier that
+// reads its callers late, in bursts, read 4 times the rate of before
+// in one window of an open-loop overload; callers that retry a refusal
+// at once, up to 5 times, offer at most 5 times (a review's
+// simulations: with the ratio at 3, both were taken for closed loops,
+// the waiters waited on and let in, and the overload left a backlog of
+// seconds). It reports whether it decided. l.mu is held.
+func (l *Limiter) verdict(final bool) bool {
+	dur := l.now() - l.spinAt
+	c := l.counters()
+	offered := c.arrived + c.refused - l.spinFrom
+	closed := l.spinBefore > 0 && dur > 0 && offered >= probeArrivals && float64(offered)/float64(dur) >= spinRatio*l.spinBefore
 	switch {
-	case l.spinning():
-		// A closed loop's callers: the server is suspect again, and
-		// they wait on, oldest first from now on. Newest first, the
-		// oldest waited out the whole ramp (the p99 of a ramp of 1 024
-		// callers over 3 s into a pool, over TCP, 3.2 s against 1.4 s
-		// without a limiter); let in at once, the ramp's next callers
-		// made the server suspect and overloaded again, twice as often.
-		l.pending = false
-		l.endOverload()
-		l.becomeSuspect(win, max(l.perDone.Load(), 1))
-		l.sq.mu.Lock()
-		l.sq.fifo = true
-		l.sq.mu.Unlock()
-		l.dispatchSuspect()
-		return true
-	case l.overSince >= spinWindows || l.now()-l.spinAt >= spinWindows*int64(l.cfg.Window):
-		// (Windows last longer at low rates: so long a wait for a
-		// verdict kept a pool at 160/s refusing half its load after a
-		// 4x overload, TestLowRateOverloadEnds.)
+	case !closed && !final:
+		return false
+	case !closed:
 		l.pending = false
 		l.releaseSuspect(false)
+		return true
 	}
-	return false
+	l.pending = false
+	// A closed loop's callers: the server is suspect again, and they
+	// wait on, oldest first from now on. Newest first, the oldest
+	// waited out the whole ramp (the p99 of a ramp of 1 024 callers
+	// over 3 s into a pool, over TCP, 3.2 s against 1.4 s without a
+	// limiter); let in at once, the ramp's next callers made the server
+	// suspect and overloaded again, twice as often. Suspect before not
+	// overloaded: a request that arrives between meets a rule.
+	l.sq.mu.Lock()
+	l.sq.fifo = true
+	l.sq.mu.Unlock()
+	l.becomeSuspect(window{inflight: l.inflight.Load()}, max(l.perDone.Load(), 1))
+	l.endOverload()
+	l.dispatchSuspect()
+	return true
 }
 
 // endSuspect ends the suspect phase: the server is calm, and everyone
@@ -422,14 +442,15 @@ func (l *Limiter) releaseSuspect(admit bool) {
 			l.fromQueue.Add(1)
 			w.admitted = true
 		}
+		w.refused = !admit
 		w.closed = true
 		close(w.ready)
 	}
 	l.sq.mu.Unlock()
 }
 
-// dispatchSuspect admits the newest waiter when a slot under the cap is
-// free.
+// dispatchSuspect admits the newest waiter (the oldest after a closed
+// loop's verdict) while a slot under the cap is free.
 func (l *Limiter) dispatchSuspect() {
 	l.sq.mu.Lock()
 	defer l.sq.mu.Unlock()
@@ -443,6 +464,7 @@ func (l *Limiter) dispatchSuspect() {
 			return
 		}
 		if i == 0 {
+			l.sq.waiters[0] = nil
 			l.sq.waiters = l.sq.waiters[1:]
 		} else {
 			l.sq.waiters = l.sq.waiters[:i]
@@ -604,7 +626,7 @@ func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 // or decide again (not suspect any more, and not admitted: rare).
 func (l *Limiter) settle(w *suspectWaiter) (Permit, error, bool) {
 	if !w.admitted {
-		if l.overloaded.Load() {
+		if w.refused || l.overloaded.Load() {
 			l.refused.Add(1)
 			l.rejected[reasonOverload].Add(1)
 			return Permit{}, errSuspectRefused, true
