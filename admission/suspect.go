@@ -28,7 +28,8 @@ import (
 // server is overloaded, and the waiters are refused (they waited while
 // newer requests went first: they are the overload), unless the new
 // arrivals, refused, come back at once (verdict: a closed loop still
-// ramping up, whose waiters then wait on, oldest first). Serving the newest
+// ramping up, whose waiters then wait on, oldest first while the oldest
+// can still be served in time). Serving the newest
 // first keeps the latency of what is served short while the server is
 // suspect; the handler's own queue holds no more than it did at the
 // start, or than the cap grew to while the server showed room for more
@@ -99,6 +100,7 @@ type suspectWaiter struct {
 	closed   bool  // ready was closed
 	gone     bool  // its caller left
 	budget   int64 // nanoseconds its caller's deadline left when it began to wait; 0: none (set before it is shared)
+	since    int64 // when it began to wait (set before it is shared)
 }
 
 // becomeSuspect starts the suspect phase at the end of window win, with
@@ -394,7 +396,8 @@ func (l *Limiter) verdict(final bool) bool {
 	}
 	l.pending = false
 	// A closed loop's callers: the server is suspect again, and they
-	// wait on, oldest first from now on. Newest first, the oldest
+	// wait on, oldest first from now on (while the oldest can still be
+	// served in time: see dispatchSuspect). Newest first, the oldest
 	// waited out the whole ramp (the p99 of a ramp of 1 024 callers
 	// over 3 s into a pool, over TCP, 3.2 s against 1.4 s without a
 	// limiter); let in at once, the ramp's next callers made the server
@@ -450,13 +453,19 @@ func (l *Limiter) releaseSuspect(admit bool) {
 }
 
 // dispatchSuspect admits the newest waiter (the oldest after a closed
-// loop's verdict) while a slot under the cap is free.
+// loop's verdict, if it can still be served in time) while a slot under
+// the cap is free.
 func (l *Limiter) dispatchSuspect() {
 	l.sq.mu.Lock()
 	defer l.sq.mu.Unlock()
 	for n := len(l.sq.waiters); n > 0; n = len(l.sq.waiters) {
 		i := n - 1
-		if l.sq.fifo {
+		if l.sq.fifo && l.inTime(l.sq.waiters[0]) {
+			// Oldest first, while the oldest can still be served in
+			// time: where it cannot, newest first serves more of the
+			// rest in time (a review's simulation: 2 048 callers with
+			// 300 ms deadlines ramping into 64 workers of 20 ms, 5 086
+			// served in time oldest first, 15 112 newest first).
 			i = 0
 		}
 		w := l.sq.waiters[i]
@@ -476,6 +485,13 @@ func (l *Limiter) dispatchSuspect() {
 		w.admitted, w.closed = true, true
 		close(w.ready)
 	}
+}
+
+// inTime reports whether w can still be served within its caller's
+// deadline if admitted now: no deadline, or more left than serving
+// takes (three times the base latency, as admitBefore has it).
+func (l *Limiter) inTime(w *suspectWaiter) bool {
+	return w.budget == 0 || w.budget-(l.now()-w.since) > 3*l.baseNow.Load()
 }
 
 // suspectLimit is the concurrency a suspect server admits a request of
@@ -517,7 +533,7 @@ func (l *Limiter) suspectEnter(c Class, deadline time.Time, at int64) (Permit, *
 	if p, ok := l.trial(at); ok {
 		return p, nil, nil
 	}
-	w := &suspectWaiter{ready: make(chan struct{})}
+	w := &suspectWaiter{ready: make(chan struct{}), since: at}
 	if !deadline.IsZero() {
 		w.budget = max(int64(deadline.Sub(l.wall(at))), 1)
 	}
