@@ -102,7 +102,7 @@ const (
 	// logged the ratio): ghz ramping 512 callers over 1.6 s into a pool,
 	// over TCP, 7.4-17 in the first window; busy's CPU-bound overload,
 	// an open loop at twice its chain's capacity read by a starved
-	// gateway in bursts, 0.2-2.0 (13 runs); in a review's simulations, a
+	// gateway in bursts, 0.2-2.0 (8 runs); in a review's simulations, a
 	// tier that reads its callers 40 ms late about 4 in one window, and
 	// callers that retry a refusal at once, up to 5 times, up to 5 (at 3,
 	// both were taken for closed loops and left backlogs of seconds).
@@ -1189,8 +1189,8 @@ func completions(w window, served bool) int64 {
 // cancelled) kept an overload from ever ending by what was served.
 func (l *Limiter) whileOverloaded(win window, at int64) {
 	l.overSince++
-	if l.pending && l.verdict(false) && !l.overloaded.Load() {
-		return
+	if l.pending && l.verdict(false) {
+		return // a closed loop's: the server is suspect again
 	}
 	l.checkModel(at)
 	l.followService()
