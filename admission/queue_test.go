@@ -67,6 +67,20 @@ func (c *timerClock) AfterFunc(d time.Duration, f func()) func() bool {
 	}
 }
 
+// nextDue returns how long until the next pending timer is due (0 if
+// due now), and false if none is pending.
+func (c *timerClock) nextDue() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.timers) > 0 && c.timers[0].done {
+		heap.Pop(&c.timers)
+	}
+	if len(c.timers) == 0 {
+		return 0, false
+	}
+	return max(c.timers[0].at.Sub(c.Now()), 0), true
+}
+
 func (c *timerClock) Advance(d time.Duration) {
 	c.Fake.Advance(d)
 	now := c.Now()

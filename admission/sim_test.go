@@ -150,9 +150,24 @@ func (s *sim) at(d time.Duration, f func()) {
 	heap.Push(&s.events, event{at: d, seq: s.seq, f: f})
 }
 
-// run processes events until the elapsed time reaches end.
+// run processes events until the elapsed time reaches end, and the
+// Limiter's timers when they are due (a timer that a timer's function
+// set fires at its time, not at the next event's).
 func (s *sim) run(end time.Duration) {
-	for s.events.Len() > 0 && s.events[0].at <= end {
+	for {
+		next := end
+		if s.events.Len() > 0 {
+			next = min(next, s.events[0].at)
+		}
+		if d, ok := s.clk.nextDue(); ok && s.el+d < next {
+			s.clk.Advance(max(d, 1))
+			s.el += max(d, 1)
+			s.release()
+			continue
+		}
+		if s.events.Len() == 0 || s.events[0].at > end {
+			break
+		}
 		e := heap.Pop(&s.events).(event)
 		if e.at > s.el {
 			s.clk.Advance(e.at - s.el)
@@ -171,28 +186,32 @@ func (s *sim) run(end time.Duration) {
 // release answers the held refusals whose probe ended, and moves the
 // parked requests whose wait ended.
 func (s *sim) release() {
-	// The waits that ended (admitted newest first, released all at
-	// once, or admitted before their deadline) go on. A wait ends only
-	// with a release (the newest is ready then) or an admission from the
-	// wait (fromQueue grows): look through all only then.
+	// The waits that ended (admitted one at a time, released all at
+	// once, or admitted before their deadline) go on, oldest first: a
+	// release closes their channels oldest first, and their goroutines
+	// run in about that order. A wait ends only with a release (the
+	// newest is ready then) or an admission from the wait (fromQueue
+	// grows): look through all only then.
 	if n := len(s.parked); n > 0 && (s.l.fromQueue.Load() != s.seenFromQueue || isClosed(s.parked[n-1].w.ready)) {
 		s.seenFromQueue = s.l.fromQueue.Load()
 		// The requests still waiting keep their order, moved in place
-		// towards the end (thousands wait at eight times a pool's
+		// towards the front (thousands wait at eight times a pool's
 		// capacity: a copy of them all per admission made the race
 		// detector's range checks most of the package's time); the
 		// requests parked meanwhile (by decide) go after them.
 		parked := s.parked
 		s.parked = nil
-		keep := len(parked)
-		for i, r := range slices.Backward(parked) {
+		var ended []parkedReq
+		keep := 0
+		for _, r := range parked {
 			if !isClosed(r.w.ready) {
-				keep--
-				if keep != i {
-					parked[keep] = r
-				}
+				parked[keep] = r
+				keep++
 				continue
 			}
+			ended = append(ended, r)
+		}
+		for _, r := range ended {
 			if p, err, settled := s.l.settle(r.w); settled && err != nil {
 				s.results = append(s.results, simResult{at: r.arrived, refused: true, class: r.class})
 				s.answered(r.caller)
@@ -202,7 +221,7 @@ func (s *sim) release() {
 				s.decide(r.caller, r.class, r.deadline, r.arrived)
 			}
 		}
-		s.parked = append(parked[keep:], s.parked...)
+		s.parked = append(parked[:keep], s.parked...)
 	}
 	// Deadlines pass oldest first: at the front.
 	for len(s.parked) > 0 {
