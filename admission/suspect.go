@@ -408,11 +408,11 @@ func (l *Limiter) startOverload(full bool) {
 // startPause starts the pause that ends a suspect phase that lasted its
 // length (win is its last window): the server admits nothing new (its
 // waiters and new arrivals wait), and what is in flight drains, down to
-// an eighth of what was in flight at the start, or for twice what those
-// expect to take (2 to 30 windows). Then it counts, over probeWindows/2
-// windows (or long enough to expect probeArrivals at the rate offered
-// during the suspect phase), the requests offered less the requests
-// completed (endPause).
+// a quarter of the arrivals the count expects, or for twice what those
+// in flight expect to take (2 to 30 windows). Then it counts, over
+// probeWindows/2 windows (or long enough to expect probeArrivals at the
+// rate offered during the suspect phase), the requests offered less the
+// requests completed (endPause).
 //
 // A closed loop's callers all wait then, here or for their answers: the
 // only arrivals beyond those its answers bring are the callers a ramp
@@ -450,7 +450,15 @@ func (l *Limiter) startPause(win window) {
 	}
 	l.pausePer = max(l.perDone.Load(), 1)
 	w := int64(l.cfg.Window)
-	l.pauseIn = win.inflight
+	half := time.Duration(probeWindows / 2 * w)
+	if l.pauseRate > 0 {
+		half = max(half, time.Duration(probeArrivals/l.pauseRate))
+	}
+	l.pauseHalf = min(half, MaxWindow)
+	// Drained: so few in flight that their answers, all in the count,
+	// cannot make an open loop's arrivals less its answers look few
+	// (see endPause).
+	l.pauseLeft = int64(l.pauseRate * float64(l.pauseHalf) / 4)
 	l.pauseDrain = min(max(2*(win.inflight+1)*l.pausePer, 2*w), suspectWindows*w)
 	var poll func()
 	poll = func() {
@@ -476,13 +484,8 @@ func (l *Limiter) pauseStep() {
 	c := l.counters()
 	offered := c.arrived + c.refused - c.done
 	switch {
-	case l.pauseMid == 0 && (l.inflight.Load() <= l.pauseIn/8 || now-l.pauseAt >= l.pauseDrain):
+	case l.pauseMid == 0 && (l.inflight.Load() <= l.pauseLeft || now-l.pauseAt >= l.pauseDrain):
 		l.pauseMid, l.pauseFrom, l.pauseDone = now, offered, c.done
-		half := time.Duration(probeWindows / 2 * int64(l.cfg.Window))
-		if l.pauseRate > 0 {
-			half = max(half, time.Duration(probeArrivals/l.pauseRate))
-		}
-		l.pauseHalf = min(half, MaxWindow)
 	case l.pauseMid > 0 && (now-l.pauseMid >= int64(l.pauseHalf) ||
 		float64(offered-l.pauseFrom) >= closedRatio*l.pauseRate*float64(l.pauseHalf)):
 		l.endPause()
@@ -500,7 +503,7 @@ func (l *Limiter) endPause() {
 	// A closed loop: few arrivals beyond what its answers brought, and
 	// few answers: where what was in flight had not drained, an open
 	// loop's arrivals less its many answers read as few too.
-	closed := dur > 0 && float64(offered) < closedRatio*l.pauseRate*float64(dur) && float64(done) < l.pauseRate*float64(dur)/4
+	closed := dur > 0 && float64(offered) < closedRatio*l.pauseRate*float64(dur) && done <= max(l.pauseLeft, int64(l.pauseRate*float64(dur)/4))
 	if !closed {
 		l.startOverload(false)
 		return
@@ -796,7 +799,10 @@ func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 func (l *Limiter) settle(w *suspectWaiter) (Permit, error, bool) {
 	if !w.admitted {
 		if w.refused || l.overloaded.Load() {
-			l.refused.Add(1)
+			// Not l.refused: the waiter was offered once, and counted
+			// then (entered); counted again, the hundreds refused at an
+			// overload's start read as a burst offered, and a probe's
+			// rate of before with it (see startProbe).
 			l.rejected[reasonOverload].Add(1)
 			return Permit{}, errSuspectRefused, true
 		}
