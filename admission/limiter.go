@@ -92,8 +92,7 @@ const (
 	probeWindows  = 8
 	probeArrivals = 32
 	closedRatio   = 0.5
-	// An overload that began with waiters (the suspect phase's, whose
-	// pause read an open loop: see startPause) keeps
+	// An overload that began with waiters (the suspect phase's) keeps
 	// them waiting for spinWindows windows at most (a timer): if the
 	// requests offered since it began come at spinRatio times the rate
 	// of before (at least probeArrivals of them), its callers send again
@@ -108,10 +107,9 @@ const (
 	// callers that retry a refusal at once, up to 5 times, up to 5 (at 3,
 	// both were taken for closed loops and left backlogs of seconds).
 	// Where refused callers come back slowly (race-enabled tiers on a
-	// loaded machine: 2.0-4.2) a ramp is not told apart this way; the
-	// pause, which needs no refusal, tells most apart before. The price
-	// for an open loop: its waiters are refused 80 ms later, or meet
-	// their deadlines first.
+	// loaded machine: 2.0-4.2) a ramp is not told apart, and is refused
+	// as before. The price for an open loop: its waiters are refused 80
+	// ms later, or meet their deadlines first.
 	spinWindows = 8
 	spinRatio   = 10
 )
@@ -292,15 +290,11 @@ func (c *Config) resolve() error {
 // loop of callers that is still ramping up looks exactly like the start
 // of an overload, and is calm again within a few windows). When the
 // arrivals still exceed the completions after 30 windows (see suspect.go
-// for when sooner or later), the server pauses: it admits nothing new
-// until what it holds has drained, and then counts what arrives (see
-// startPause). A closed loop's callers are all waiting then, and only
-// the callers that a load test ramping up adds arrive: the server is
-// suspect again, its waiters served oldest first, and a longer suspect
-// phase follows. An open loop's arrivals go on as before: the server is
-// overloaded, and the waiters are refused (after up to 8 windows, in
-// which refused callers that send again at once still show a closed
-// loop; see verdict). While overloaded, the server
+// for when sooner or later), the server is overloaded, and the waiters
+// are refused (after up to 8 windows: a closed loop that ramps for
+// longer than the suspect phase tells itself apart when refused, and the
+// server is suspect again, its waiters served oldest first; see
+// verdict). While overloaded, the server
 // expects a new request to need
 //
 //	expected = (in flight + 1) x (time per completion over the last 4 windows)
@@ -321,9 +315,8 @@ func (c *Config) resolve() error {
 // included, did not exceed completions (those served, while the server
 // serves anything), or in which what was offered, refused requests
 // included, came at less than 0.7 of the rate the server served at
-// during the overload or the suspect phase before it, with fewer in
-// flight than that rate needs (it had room for what it refused; see
-// whileOverloaded).
+// during the overload, with fewer in flight than that rate needs (it
+// had room for what it refused; see whileOverloaded).
 //
 // One state looks like overload and is not: a closed loop of callers
 // that was refused once sends again at once, so that its refused
@@ -374,7 +367,6 @@ type Limiter struct {
 	overloaded atomic.Bool
 	suspect    atomic.Bool // arrivals exceed completions: wait beyond suspectCap (suspect.go)
 	suspectCap atomic.Int64
-	pausing    atomic.Bool // the suspect phase's pause: nothing new is admitted (see startPause)
 	// suspectFrom: when the server last became suspect (nanoseconds since
 	// origin); of the requests admitted since and served, suspSum and
 	// suspN sum what they took, and roomSeen says that one took no
@@ -435,24 +427,6 @@ type Limiter struct {
 	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
 	floor      int64                  // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
-
-	// The suspect phase's pause (see startPause), and what the suspect
-	// phase served and was offered.
-	pauseAt     int64         // when the pause began
-	pauseMid    int64         // when its measured half began; 0: draining
-	pauseFrom   int64         // offered arrivals less completions then
-	pauseDone   int64         // completions then
-	pauseHalf   time.Duration // the measured half's length
-	pauseRate   float64       // offered arrivals per nanosecond over the suspect phase before it
-	pausePer    int64         // nanoseconds per completion before it
-	pauseLeft   int64         // in flight at most when it has drained
-	pauseDrain  int64         // nanoseconds it waits at most for what is in flight to drain
-	closedRuns  int           // pauses in a row that found a closed loop (see maxClosedRuns)
-	suspServed  int64         // successes during this suspect phase
-	suspOffered int64         // requests offered during it
-	suspDur     int64         // nanoseconds of its windows
-	suspRate    float64       // successes per nanosecond while suspect, before this overload (see belowServed)
-	overOffered int64         // requests offered during this overload (see startProbe)
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -1234,7 +1208,6 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	// room tells it from a server that became slower and keeps its queue
 	// (TestSlowerServerKeepsOverload).
 	l.overServed += win.latN
-	l.overOffered += win.arrived + win.refused
 	l.overDur += win.dur
 	if l.belowServed(win) {
 		l.belowRun++
@@ -1272,21 +1245,13 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 // rateWindows windows, refused ones included, came at less than
 // belowShare of the rate the server served at over this overload (its
 // successes over its windows' time: a mean, which bursts of completions
-// and long windows move little), or over the suspect phase before it if
-// higher (the server was as busy then; a short overload whose rule let
-// few in, a pool of 8 workers of 50 ms on average at 4 times its
-// capacity for a second, read a mean that fell with each refusal after
-// it, and refused half of the half load after it for 3 s), while it
-// served some lately, and whether it has room: fewer in flight, at the end of
+// and long windows move little), while it served
+// some lately, and whether it has room: fewer in flight, at the end of
 // win, than that rate needs without a queue (the rate times the base).
 // Then it had room for what it refused. Not failures, which a server
 // may answer faster than it serves. l.mu is held.
 func (l *Limiter) belowServed(win window) bool {
-	rate := l.suspRate // per nanosecond
-	if l.overDur > 0 {
-		rate = max(rate, float64(l.overServed)/float64(l.overDur))
-	}
-	if rate == 0 {
+	if l.overDur <= 0 || l.overServed == 0 {
 		return false
 	}
 	var dur, offered, served int64
@@ -1296,6 +1261,7 @@ func (l *Limiter) belowServed(win window) bool {
 		offered += w.arrived + w.refused
 		served += w.latN
 	}
+	rate := float64(l.overServed) / float64(l.overDur) // per nanosecond
 	room := float64(win.inflight) < rate*float64(l.base)
 	return dur > 0 && served >= minSamples && room && float64(offered)/float64(dur) < belowShare*rate
 }
@@ -1571,7 +1537,6 @@ func (l *Limiter) endOverload() {
 	}
 	l.setThresholds()
 	l.growthRun, l.calmRun, l.belowRun, l.overServed, l.overDur = 0, 0, 0, 0, 0
-	l.overOffered = 0
 	if l.probing {
 		l.probing = false
 		if h := l.hold.Swap(nil); h != nil {
@@ -1584,16 +1549,7 @@ func (l *Limiter) endOverload() {
 // and the offered arrivals of the second half compared with those before
 // (see Limiter). l.mu is held.
 func (l *Limiter) startProbe(at int64) {
-	// The rate offered over the overload so far, not over its last
-	// windows: a tier starved of CPU reads its callers in bursts, and
-	// after one the last windows read high, and the probe's second half
-	// as a fall by half (an open loop at twice a server's capacity, read
-	// 12 ms of every 30 late, ended its overload in 2 of 8 seeds:
-	// TestProbeOutlastsAStarvedWindow).
 	rate := l.offeredRate(rateWindows)
-	if l.overDur > 0 {
-		rate = float64(l.overOffered) / float64(l.overDur)
-	}
 	if rate == 0 {
 		return
 	}

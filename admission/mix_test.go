@@ -15,10 +15,9 @@ import (
 // completions, held back by the cap, fell behind the arrivals. Now the
 // cap grows while the server serves its fast requests fast (roomFor):
 // in 95 of 100 seeds nothing is refused (in 5 the cap still grows too
-// late, a known limit: 3 while the simulator fired a timer only at its
-// next event, the same with the library of before the pause), and what
-// is served is served within the deadline (p99 up to 1.42 s while the
-// cap grows).
+// late, a known limit; 3 while the simulator fired a timer only at its
+// next event, with the same library), and what is served is served
+// within the deadline (p99 up to 1.42 s while the cap grows).
 func TestSlowerMixNeverRefused(t *testing.T) {
 	const seeds, mostRefusing = 100, 5
 	refusing := 0

@@ -9,17 +9,18 @@ import (
 // A load test that ramps its callers up for longer than the suspect
 // phase lasts (ghz --concurrency-schedule step, k6's ramping users)
 // keeps arrivals above completions all that while, as an open-loop
-// overload would. At the suspect phase's end, the server became
-// overloaded and refused the waiting callers, and every refused caller
-// sent again at once until the next probe, 50 windows later: a warm pool
-// of 4 workers of 5 ms meeting 128 callers started over 400 ms refused
-// 552 231 requests. Told apart by how fast refused callers came back
-// (verdict), each caller was still refused once or more per overload
-// (over TCP, 651-940 of a ramp of 512 callers). Now the suspect phase
-// ends with a pause (startPause): its callers all wait, only those the
-// ramp adds arrive, and nothing is refused. The pauses cost some
-// throughput (the pool idles while the server counts what arrives).
-func TestLongRampNeverRefused(t *testing.T) {
+// overload would, and the server became overloaded in the middle of it.
+// It refused the waiting callers, and every refused caller sent again at
+// once until the next probe, 50 windows later: a warm pool of 4 workers
+// of 5 ms meeting 128 callers started over 400 ms refused 552 231
+// requests, and over TCP (busy's chain, ghz ramping 512 callers over
+// 1.6 s into such a pool) 81-89 % of all requests were refused. Now the
+// waiters wait on for up to 8 windows when the overload begins, and the
+// callers refused meanwhile, sending again at once, show a closed loop:
+// the server is suspect again, its waiters served oldest first from
+// then on, and each caller meets a refusal about once per overload that
+// begins (before: thousands of times).
+func TestLongRampBarelyRefused(t *testing.T) {
 	for _, tc := range []struct {
 		workers  int
 		service  time.Duration
@@ -47,54 +48,20 @@ func TestLongRampNeverRefused(t *testing.T) {
 			}
 			_, offServed, offP99 := run(true)
 			refused, served, p99 := run(false)
-			t.Logf("refused %d, served %d (no limiter %d), p99 %v (%v)", refused, served, offServed, p99, offP99)
-			if refused != 0 {
-				t.Errorf("%d refused, want none", refused)
+			t.Logf("refused %d (%.2f a caller), served %d (no limiter %d), p99 %v (%v)", refused, float64(refused)/float64(tc.callers), served, offServed, p99, offP99)
+			if refused > 4*tc.callers {
+				t.Errorf("%d refused, %.1f a caller: want at most 4 a caller", refused, float64(refused)/float64(tc.callers))
 			}
+			// The waiters a closed loop's verdict keeps go oldest first:
+			// newest first, the oldest waited out the ramp (p99 2.2-4.4
+			// times the p99 without a limiter).
 			if p99 > 2*offP99 {
 				t.Errorf("p99 %v, want at most twice the %v without a limiter", p99, offP99)
 			}
-			// 97.7 % where the pool is 64 workers of 20 ms: two pauses.
-			if float64(served) < 0.97*float64(offServed) {
-				t.Errorf("served %d, want at least 97 %% of the %d served without a limiter", served, offServed)
+			if float64(served) < 0.98*float64(offServed) {
+				t.Errorf("served %d, want at least 98 %% of the %d served without a limiter", served, offServed)
 			}
 		})
-	}
-}
-
-// The pause's count tells a closed loop only by few arrivals beyond
-// what its answers brought and few answers: where what was in flight
-// had not drained by the pause's bound, an open loop's arrivals less its
-// many answers read as few as well. The server is overloaded then, not
-// suspect again.
-func TestPauseWithManyAnswersIsNotClosed(t *testing.T) {
-	for _, tc := range []struct {
-		arrived, done int64
-		overloaded    bool
-	}{
-		{arrived: 40, done: 30, overloaded: true}, // an open loop's 40, less 30 answers
-		{arrived: 40, done: 0, overloaded: true},  // an open loop's 40
-		{arrived: 8, done: 2, overloaded: false},  // a ramp's 6 new callers, and the callers of 2 answers
-	} {
-		l, err := New(Config{Clock: newTimerClock()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.mu.Lock()
-		l.becomeSuspect(window{inflight: 4}, int64(time.Millisecond))
-		l.suspOffered, l.suspDur = 40, int64(40*time.Millisecond) // 1 000 a second
-		l.startPause(window{inflight: 4})
-		l.pauseMid, l.pauseFrom, l.pauseDone = l.now(), 0, 0
-		l.clk.(*timerClock).Fake.Advance(40 * time.Millisecond)
-		// The counts since the measured half began: arrivals as requests
-		// that went in and completed (done), or wait (entered).
-		l.latN.Store(tc.done)
-		l.entered.Store(tc.arrived - tc.done)
-		l.endPause()
-		l.mu.Unlock()
-		if got := l.Overloaded(); got != tc.overloaded {
-			t.Errorf("%d arrived, %d answered in the count (40 expected at the rate before): overloaded %v, want %v", tc.arrived, tc.done, got, tc.overloaded)
-		}
 	}
 }
 

@@ -24,15 +24,12 @@ import (
 // after suspectWindows windows in which its completions did not grow, or
 // twice the latency that the requests in flight when it became suspect
 // expect if longer (recomputed every window as the time per completion
-// settles; 60 windows in all at most), the server pauses (startPause):
-// it admits nothing new until what it holds has drained, and counts what
-// arrives meanwhile. A closed loop still ramping up then brings only the
-// callers it adds, and its waiters wait on, oldest first while the
-// oldest can still be served in time; an open loop brings as many as
-// before, and the server is overloaded: the waiters are refused (they
-// waited while newer requests went first: they are the overload),
-// unless the new arrivals, refused, come back at once (verdict). As soon
-// as thousands wait, the server is overloaded at once. Serving the newest
+// settles; 60 windows in all at most), or as soon as thousands wait, the
+// server is overloaded, and the waiters are refused (they waited while
+// newer requests went first: they are the overload), unless the new
+// arrivals, refused, come back at once (verdict: a closed loop still
+// ramping up, whose waiters then wait on, oldest first while the oldest
+// can still be served in time). Serving the newest
 // first keeps the latency of what is served short while the server is
 // suspect; the handler's own queue holds no more than it did at the
 // start, or than the cap grew to while the server showed room for more
@@ -55,9 +52,6 @@ const (
 	// arrivals most, at the start), and for one whose completions still
 	// grow.
 	suspectMaxWindows = 60
-	// maxClosedRuns: after each pause that finds a closed loop, the next
-	// suspect phase may last twice as long, up to 1<<maxClosedRuns times.
-	maxClosedRuns = 3
 )
 
 // suspectQueue holds the requests waiting while the server is suspect,
@@ -121,7 +115,6 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	// a deadline can end it.
 	l.suspectCap.Store(max(l.throughputNeed(per), win.inflight))
 	l.suspectFor, l.suspectAll, l.suspectIn = 0, 0, win.inflight
-	l.suspServed, l.suspOffered, l.suspDur = 0, 0, 0
 	l.suspectMax = l.suspectLength(per)
 	l.calmRun = 0
 	l.held = [calmWindows + 1]int64{}
@@ -129,7 +122,6 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.suspSum.Store(0)
 	l.suspN.Store(0)
 	l.roomSeen.Store(false)
-	l.pausing.Store(false)
 	l.suspect.Store(true)
 }
 
@@ -139,7 +131,7 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 // expect if longer, up to suspectMaxWindows. l.mu is held.
 func (l *Limiter) suspectLength(per int64) int64 {
 	expected := (l.suspectIn + 1) * per
-	return min(max(suspectWindows, 2*expected/int64(l.cfg.Window)), suspectMaxWindows) << l.closedRuns
+	return min(max(suspectWindows, 2*expected/int64(l.cfg.Window)), suspectMaxWindows)
 }
 
 // heldFlat records what the server holds at the end of a suspect window
@@ -315,10 +307,7 @@ func (l *Limiter) whileSuspect(win window) {
 	// callers' deadlines holds as many as arrive, calm by both counts,
 	// and would send what it holds into the hang.
 	flat := l.heldFlat(win.inflight)
-	// Not during the pause: it drains what is in flight, and its
-	// completions, with nothing let in, read as calm (an open loop at
-	// twice a pool's capacity let everything waiting in at once).
-	if !l.pausing.Load() && (flat || l.calmLately()) && l.servedLately() {
+	if (flat || l.calmLately()) && l.servedLately() {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
@@ -336,9 +325,6 @@ func (l *Limiter) whileSuspect(win window) {
 	// open loop saturates it, and the count goes on; suspectMaxWindows
 	// bounds the whole.
 	l.suspectAll++
-	l.suspServed += win.latN
-	l.suspOffered += win.arrived + win.refused
-	l.suspDur += win.dur
 	if !growing {
 		l.suspectFor++
 	}
@@ -346,28 +332,9 @@ func (l *Limiter) whileSuspect(win window) {
 	waiting := l.sq.live()
 	l.sq.mu.Unlock()
 	full := waiting > max(maxSuspectQueue, 8*l.suspectCap.Load())
-	if l.pausing.Load() && !full {
-		l.pauseStep() // the pause decides
+	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}
-	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows<<l.closedRuns {
-		return
-	}
-	if !full {
-		// The pause tells a closed loop still ramping up from an open
-		// loop before anything is refused (see startPause).
-		l.startPause(win)
-		return
-	}
-	l.startOverload(true)
-}
-
-// startOverload makes the suspect server overloaded: at once, its
-// waiters refused, when full (thousands wait); else they wait on for the
-// verdict. l.mu is held.
-func (l *Limiter) startOverload(full bool) {
-	l.pausing.Store(false)
-	l.closedRuns = 0
 	l.mdl.reset(l.winStart)
 	l.spinBefore = l.offeredRate(rateWindows)
 	c := l.counters()
@@ -378,12 +345,6 @@ func (l *Limiter) startOverload(full bool) {
 	l.overloaded.Store(true)
 	l.suspect.Store(false)
 	l.growthRun, l.calmRun, l.overSince = 0, 0, 0
-	// The rate served while suspect: the server was as busy then (see
-	// belowServed).
-	l.suspRate = 0
-	if l.suspDur > 0 {
-		l.suspRate = float64(l.suspServed) / float64(l.suspDur)
-	}
 	l.following = false
 	l.startJudging()
 	if full {
@@ -403,117 +364,6 @@ func (l *Limiter) startOverload(full bool) {
 			l.verdict(true)
 		}
 	})
-}
-
-// startPause starts the pause that ends a suspect phase that lasted its
-// length (win is its last window): the server admits nothing new (its
-// waiters and new arrivals wait), and what is in flight drains, down to
-// a quarter of the arrivals the count expects, or for twice what those
-// in flight expect to take (2 to 30 windows). Then it counts, over
-// probeWindows/2 windows (or long enough to expect probeArrivals at the
-// rate offered during the suspect phase), the requests offered less the
-// requests completed (endPause).
-//
-// A closed loop's callers all wait then, here or for their answers: the
-// only arrivals beyond those its answers bring are the callers a ramp
-// adds, and if they come at less than closedRatio times the rate of
-// before (its completions plus its new callers: a ramp that adds callers
-// more slowly than the server serves them), and few completed, the
-// server is suspect again, its waiters served oldest first, for a suspect
-// phase twice as long (up to 8 times), and nothing was refused. An open
-// loop's arrivals do not follow the answers: they come as before, and
-// the server is overloaded (startOverload; an open loop's arrivals that
-// rule out a closed loop before the count's end end it early).
-//
-// Before the pause, the overload began with refusals, and a ramp was
-// told apart only by how fast its refused callers came back (verdict):
-// ghz ramping 512 callers over 1.55 s into a pool of 4 workers of 5 ms,
-// over TCP, was refused 651-940 requests (78-84 % served, where retries
-// off served all), and 1 024 callers over 3.1 s 1 790-2 009; with the
-// pause, none. The price: admission stops for the pause (50-100 ms at a
-// gateway whose chain answers in 10 ms, up to 340 ms where what is in
-// flight takes long), and an open loop's overload begins that much later.
-// A ramp that adds callers faster than the server serves them reads as an
-// open loop, and is refused as before. l.mu is held.
-func (l *Limiter) startPause(win window) {
-	l.pausing.Store(true)
-	at := l.now()
-	l.pauseAt, l.pauseMid = at, 0
-	// The rate offered over the suspect phase: over its last windows
-	// alone, the rate read high at low rates (a window ends after
-	// enough events, and ends early when they come close together: 403
-	// a second where 240 came), and an open loop's arrivals in the pause
-	// read as a fall by half.
-	l.pauseRate = 0
-	if l.suspDur > 0 {
-		l.pauseRate = float64(l.suspOffered) / float64(l.suspDur)
-	}
-	l.pausePer = max(l.perDone.Load(), 1)
-	w := int64(l.cfg.Window)
-	half := time.Duration(probeWindows / 2 * w)
-	if l.pauseRate > 0 {
-		half = max(half, time.Duration(probeArrivals/l.pauseRate))
-	}
-	l.pauseHalf = min(half, MaxWindow)
-	// Drained: so few in flight that their answers, all in the count,
-	// cannot make an open loop's arrivals less its answers look few
-	// (see endPause).
-	l.pauseLeft = int64(l.pauseRate * float64(l.pauseHalf) / 4)
-	l.pauseDrain = min(max(2*(win.inflight+1)*l.pausePer, 2*w), suspectWindows*w)
-	var poll func()
-	poll = func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if !l.pausing.Load() || l.pauseAt != at {
-			return
-		}
-		if l.pauseStep(); l.pausing.Load() && l.pauseAt == at {
-			l.afterFunc(l.cfg.Window, poll)
-		}
-	}
-	l.afterFunc(l.cfg.Window, poll)
-}
-
-// pauseStep moves the pause on, every window on a timer and at every
-// window's end (a clock without timers): the measured half begins once
-// what is in flight has drained, and the pause ends with it (endPause),
-// or as soon as an open loop's arrivals rule out a closed loop. l.mu is
-// held.
-func (l *Limiter) pauseStep() {
-	now := l.now()
-	c := l.counters()
-	offered := c.arrived + c.refused - c.done
-	switch {
-	case l.pauseMid == 0 && (l.inflight.Load() <= l.pauseLeft || now-l.pauseAt >= l.pauseDrain):
-		l.pauseMid, l.pauseFrom, l.pauseDone = now, offered, c.done
-	case l.pauseMid > 0 && (now-l.pauseMid >= int64(l.pauseHalf) ||
-		float64(offered-l.pauseFrom) >= closedRatio*l.pauseRate*float64(l.pauseHalf)):
-		l.endPause()
-	}
-}
-
-// endPause ends the pause with its verdict (see startPause). l.mu is
-// held.
-func (l *Limiter) endPause() {
-	c := l.counters()
-	offered := c.arrived + c.refused - c.done - l.pauseFrom
-	done := c.done - l.pauseDone
-	dur := l.now() - l.pauseMid
-	l.pausing.Store(false)
-	// A closed loop: few arrivals beyond what its answers brought, and
-	// few answers: where what was in flight had not drained, an open
-	// loop's arrivals less its many answers read as few too.
-	closed := dur > 0 && float64(offered) < closedRatio*l.pauseRate*float64(dur) && done <= max(l.pauseLeft, int64(l.pauseRate*float64(dur)/4))
-	if !closed {
-		l.startOverload(false)
-		return
-	}
-	l.sq.mu.Lock()
-	l.sq.fifo = true
-	l.sq.mu.Unlock()
-	l.closedRuns = min(l.closedRuns+1, maxClosedRuns)
-	l.becomeSuspect(window{inflight: l.inflight.Load()}, l.pausePer)
-	l.dispatchSuspect()
 }
 
 // verdict decides, while an overload that began with waiters is at most
@@ -565,8 +415,6 @@ func (l *Limiter) verdict(final bool) bool {
 // endSuspect ends the suspect phase: the server is calm, and everyone
 // waiting goes in. l.mu is held.
 func (l *Limiter) endSuspect() {
-	l.pausing.Store(false)
-	l.closedRuns = 0
 	l.suspect.Store(false)
 	l.growthRun, l.calmRun = 0, 0
 	l.releaseSuspect(true)
@@ -621,7 +469,7 @@ func (l *Limiter) dispatchSuspect() {
 			i = 0
 		}
 		w := l.sq.waiters[i]
-		if !w.gone && (l.pausing.Load() || !l.takeUnder(l.suspectLimit(ClassFirst))) {
+		if !w.gone && !l.takeUnder(l.suspectLimit(ClassFirst)) {
 			return
 		}
 		if i == 0 {
@@ -679,7 +527,7 @@ func (l *Limiter) takeUnder(limit int64) bool {
 // when the server is no longer suspect.
 func (l *Limiter) suspectEnter(c Class, deadline time.Time, at int64) (Permit, *suspectWaiter, error) {
 	limit := l.suspectLimit(c)
-	if !l.pausing.Load() && l.takeUnder(limit) {
+	if l.takeUnder(limit) {
 		return l.permit(at, 0), nil, nil
 	}
 	if p, ok := l.trial(at); ok {
@@ -763,14 +611,10 @@ func (l *Limiter) admitBefore(w *suspectWaiter, c Class, deadline time.Time) (st
 // admitWaiter gives w a slot beyond the suspect phase's cap (never beyond
 // Config.MaxInFlight) if the server serves a
 // request of class c in time now (see admitBefore) and served one
-// lately, unless its wait has ended, or the server pauses or is
-// overloaded: its waiters then wait for a verdict, and let in, the
-// oldest of an open loop's, a second old, were served at the p99 of the
-// overload (a pool of 2 workers of 8 ms at 8 times, from cold:
-// TestColdOpenLoopOverload).
+// lately, unless its wait has ended.
 func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 	mean := l.lastMean.Load()
-	if mean == 0 || mean > int64(left) || mean > l.threshold[c].Load() || l.pausing.Load() || l.overloaded.Load() {
+	if mean == 0 || mean > int64(left) || mean > l.threshold[c].Load() {
 		return
 	}
 	if l.now()-l.servedAt.Load() > l.hangAfter(mean) {
@@ -799,10 +643,7 @@ func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 func (l *Limiter) settle(w *suspectWaiter) (Permit, error, bool) {
 	if !w.admitted {
 		if w.refused || l.overloaded.Load() {
-			// Not l.refused: the waiter was offered once, and counted
-			// then (entered); counted again, the hundreds refused at an
-			// overload's start read as a burst offered, and a probe's
-			// rate of before with it (see startProbe).
+			l.refused.Add(1)
 			l.rejected[reasonOverload].Add(1)
 			return Permit{}, errSuspectRefused, true
 		}
