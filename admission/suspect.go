@@ -207,6 +207,9 @@ func (l *Limiter) failingLately() bool {
 // a wait, and a cap that followed it would let that queue grow. l.mu is
 // held.
 func (l *Limiter) throughputNeed(per int64) int64 {
+	if per <= 0 {
+		return minSuspectCap // no completion lately: no rate to need
+	}
 	least := l.base
 	for i := range min(rateWindows, l.histN) {
 		if w := l.recent(i); least == 0 && w.least > 0 {
@@ -406,7 +409,7 @@ func (l *Limiter) verdict(final bool) bool {
 	l.sq.mu.Lock()
 	l.sq.fifo = true
 	l.sq.mu.Unlock()
-	l.becomeSuspect(window{inflight: l.inflight.Load()}, max(l.perDone.Load(), 1))
+	l.becomeSuspect(window{inflight: l.inflight.Load()}, l.perDone.Load())
 	l.endOverload()
 	l.dispatchSuspect()
 	return true
@@ -643,7 +646,8 @@ func (l *Limiter) admitWaiter(w *suspectWaiter, c Class, left time.Duration) {
 func (l *Limiter) settle(w *suspectWaiter) (Permit, error, bool) {
 	if !w.admitted {
 		if w.refused || l.overloaded.Load() {
-			l.refused.Add(1)
+			// Not l.refused: it was counted as an arrival when it began
+			// to wait, and counted again, it was offered twice.
 			l.rejected[reasonOverload].Add(1)
 			return Permit{}, errSuspectRefused, true
 		}
