@@ -19,7 +19,8 @@
 // latency is its dependency's, or that of its own retries' backoff:
 // latency is not load. While overloaded, a request is refused when the
 // latency it can expect (Little's law: the requests in flight times the
-// time per completion) exceeds the server's latency without a queue by
+// time per completion, while they are more than the server has workers)
+// exceeds the server's latency without a queue by
 // more than the latency target of its [Class] (Config.Target, 20 ms, the
 // queueing time DAGOR sheds at; less for retries, which go first), or
 // exceeds its own remaining deadline. The latency without a queue is the

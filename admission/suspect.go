@@ -119,6 +119,7 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.calmRun = 0
 	l.held = [calmWindows + 1]int64{}
 	l.suspectFrom.Store(l.now())
+	l.suspDone = l.counters().done
 	l.suspSum.Store(0)
 	l.suspN.Store(0)
 	l.roomSeen.Store(false)
@@ -341,6 +342,11 @@ func (l *Limiter) whileSuspect(win window) {
 	l.mdl.reset(l.winStart)
 	l.spinBefore = l.offeredRate(rateWindows)
 	c := l.counters()
+	l.perFull = 0
+	if done := c.done - l.suspDone; done > 0 {
+		l.perFull = (l.now() - l.suspectFrom.Load()) / done
+	}
+	l.idleUnder.Store(l.idleWorkers())
 	l.spinAt, l.spinFrom = l.now(), c.arrived+c.refused
 	// Overloaded first: a request that arrives between the two stores
 	// meets the overload rule, not no rule at all (gate reads
