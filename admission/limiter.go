@@ -1207,7 +1207,6 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 	}
 	l.checkModel(at)
 	l.followService()
-	l.idleUnder.Store(l.idleWorkers())
 	served := l.servedLately() && l.refusedLately()
 	// The server is calm too once what is offered, refused requests
 	// included, falls well below the rate it served at during this
@@ -1257,11 +1256,19 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 
 // idleWorkers returns how many requests the server holds, during an
 // overload, before its workers are all busy: its base (the latency
-// without a queue, before the overload, or as checkModel raised it)
-// over the time per completion of the suspect phase before the
-// overload, whose waiters held it saturated (Little's law: the
-// concurrency at which it completes at that rate without a queue); 0
-// when unknown. Below that many in flight, a new request finds a free
+// without a queue, before the overload) over the time per completion of
+// the suspect phase before the overload, whose waiters held it
+// saturated (Little's law: the concurrency at which it completes at
+// that rate without a queue); 0 when unknown. It is counted when the
+// overload begins, and stands until it ends: a server that becomes
+// slower during it has its base raised by checkModel, and counted
+// against the rate of before, that base counted ever more workers; each
+// request below that count was admitted however long the queue, the
+// queue did not follow what the rule expected, and checkModel raised
+// the base again (a review's simulation: 16 workers of 20 ms on average
+// at 2x, 5 times slower from 2 s: p99 1 928 ms, a runaway queue in 15
+// of 16 seeds, against 647 ms; 64 workers cut to 16: 1 025 in flight
+// where the rule held 35). Below that many in flight, a new request finds a free
 // worker, and the overload rule expects no more than the base for it.
 // Little's law as the rule applies it ((in flight + 1) x the time per
 // completion of the last windows) holds only while the server is
