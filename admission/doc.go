@@ -99,14 +99,12 @@
 // over 1.5 s) makes the server overloaded all the same; the waiters then
 // wait a little longer, and the callers refused meanwhile, sending again
 // at once, show a closed loop: the server is suspect again (see verdict
-// in suspect.go), for twice as long as before (up to 8 times, while
-// its callers do not leave), so that a long ramp meets few overloads.
-// Each such overload refuses its first windows' arrivals, and one whose
-// refused callers come back too slowly (a CPU-saturated tier) is not
-// told apart, and refuses until the next probe: over TCP, ramps of 512
-// and 1 024 callers into a pool had 340-3 000 of their requests refused
-// in 6 of 12 runs, and 7 000-21 650 in the other 6, where no limiter
-// refuses any.
+// in suspect.go). Each such overload refuses its first windows'
+// arrivals, and one whose refused callers come back too slowly (a
+// CPU-saturated tier) is not told apart, and refuses until the next
+// probe: over TCP, ramps of 512 and 1 024 callers into a pool had
+// 340-3 000 of their requests refused in 3 of 6 runs, and 7 000-21 650
+// in the other 3, where no limiter refuses any (2026-12-07).
 //
 // Config.MaxInFlight adds a fixed cap, with an optional short queue
 // (Config.QueueSize; Limiter.Wait: CoDel-style timeouts, and the newest

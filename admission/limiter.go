@@ -430,7 +430,6 @@ type Limiter struct {
 	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
 	floor      int64                  // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
-	closedRuns int64 // closed loops' verdicts since the server last became suspect from calm (see verdict)
 	// perFull: the time per completion of the suspect phase before this
 	// overload (nanoseconds; 0: unknown); suspDone: the completions when
 	// the server last became suspect (see idleWorkers).
@@ -1079,7 +1078,6 @@ func (l *Limiter) whileNot(win window) {
 	if l.base == 0 || l.cold.undecided() || win.least == 0 && !(l.cold.on.Load() && lateOnly(win)) || win.inflight <= highest+growthMargin || per == 0 || (win.inflight+1)*per <= l.threshold[ClassFirst].Load() {
 		return
 	}
-	l.closedRuns = 0
 	l.becomeSuspect(win, per)
 }
 

@@ -49,13 +49,8 @@ func TestLongRampBarelyRefused(t *testing.T) {
 			_, offServed, offP99 := run(true)
 			refused, served, p99 := run(false)
 			t.Logf("refused %d (%.2f a caller), served %d (no limiter %d), p99 %v (%v)", refused, float64(refused)/float64(tc.callers), served, offServed, p99, offP99)
-			// Each overload that begins during the ramp refuses about one
-			// request a caller; after a closed loop's verdict the next
-			// suspect phase lasts twice as long, and a long ramp meets
-			// fewer of them (the three longest ramps here: 2.5-3.4 a
-			// caller before, 1.0-1.8 now).
-			if refused > 3*tc.callers {
-				t.Errorf("%d refused, %.1f a caller: want at most 3 a caller", refused, float64(refused)/float64(tc.callers))
+			if refused > 4*tc.callers {
+				t.Errorf("%d refused, %.1f a caller: want at most 4 a caller", refused, float64(refused)/float64(tc.callers))
 			}
 			// The waiters a closed loop's verdict keeps go oldest first:
 			// newest first, the oldest waited out the ramp (p99 2.2-4.4
@@ -74,9 +69,9 @@ func TestLongRampBarelyRefused(t *testing.T) {
 // callers of a pool of 4 x 5 ms, 640 ms at capacity, with 300 ms
 // deadlines) cannot be served in time by a server that lets them all
 // wait: the overloads that refuse its spin keep what the server holds
-// within the deadlines. Suspect phases that grow longer after each
-// closed loop's verdict served it late: 2 448 requests in time, not 4 059.
-// They do not grow while the callers leave.
+// within the deadlines. Suspect phases made longer after each closed
+// loop's verdict (tried, and reverted for other reasons) served it late:
+// 2 448 requests in time, not 4 059.
 func TestShortDeadlineRampServedInTime(t *testing.T) {
 	s := newSim(t, Config{}, 4, 5*time.Millisecond, 1)
 	s.late, s.leave = true, true

@@ -52,10 +52,6 @@ const (
 	// arrivals most, at the start), and for one whose completions still
 	// grow.
 	suspectMaxWindows = 60
-	// maxClosedRuns: each verdict that finds a closed loop doubles the
-	// length of the suspect phases after it, up to 1<<maxClosedRuns
-	// times, until the server is calm (see verdict).
-	maxClosedRuns = 3
 )
 
 // suspectQueue holds the requests waiting while the server is suspect,
@@ -119,7 +115,7 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	// a deadline can end it.
 	l.suspectCap.Store(max(l.throughputNeed(per), win.inflight))
 	l.suspectFor, l.suspectAll, l.suspectIn = 0, 0, win.inflight
-	l.suspectMax = l.suspectLength(per) << l.closedRuns
+	l.suspectMax = l.suspectLength(per)
 	l.calmRun = 0
 	l.held = [calmWindows + 1]int64{}
 	l.suspectFrom.Store(l.now())
@@ -289,17 +285,12 @@ func (l *Limiter) whileSuspect(win window) {
 		l.suspectCap.Store(room)
 		growing = true
 	}
-	if win.wasted > 0 || win.gone > 0 {
-		// Callers that left while their requests waited, or were served
-		// too late: no longer phases (see verdict).
-		l.closedRuns = 0
-	}
 	if per := l.perDone.Load(); per > 0 {
 		if need := l.throughputNeed(per); need > l.suspectCap.Load() {
 			l.suspectCap.Store(need)
 			growing = true
 		}
-		l.suspectMax = l.suspectLength(per) << l.closedRuns
+		l.suspectMax = l.suspectLength(per)
 		// Completions whose callers had left after they held their slot
 		// for a service time: those slots served no one, and the server
 		// holds more than it can serve in time. The cap gives them up,
@@ -345,7 +336,7 @@ func (l *Limiter) whileSuspect(win window) {
 	waiting := l.sq.live()
 	l.sq.mu.Unlock()
 	full := waiting > max(maxSuspectQueue, 8*l.suspectCap.Load())
-	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows<<l.closedRuns {
+	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}
 	l.mdl.reset(l.winStart)
@@ -413,18 +404,6 @@ func (l *Limiter) verdict(final bool) bool {
 		return true
 	}
 	l.pending = false
-	// The next suspect phase lasts twice as long (up to 8 times, until
-	// the server is calm again): a ramp that outlasted one phase is
-	// likely to outlast the next, and each overload it meets costs the
-	// refusals this verdict counted (a pool of 4 x 5 ms meeting 512
-	// callers started over 1.6 s, in the simulator: 4 overloads, 317-400
-	// refused each; now 2). Not while the waiters' callers leave, or
-	// requests are served after their callers left (gone, wasted): a
-	// closed loop whose deadlines are shorter than its queue is served
-	// late by a longer phase (the same pool with 300 ms deadlines served
-	// 2 448 in time, not 4 059), and the overloads that refuse its spin
-	// keep what it holds within its deadlines.
-	l.closedRuns = min(l.closedRuns+1, maxClosedRuns)
 	// A closed loop's callers: the server is suspect again, and they
 	// wait on, oldest first from now on (while the oldest can still be
 	// served in time: see dispatchSuspect). Newest first, the oldest
