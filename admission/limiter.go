@@ -1259,17 +1259,10 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 // without a queue, before the overload) over the time per completion of
 // the suspect phase before the overload, whose waiters held it
 // saturated (Little's law: the concurrency at which it completes at
-// that rate without a queue); 0 when unknown. It is counted when the
-// overload begins, and stands until it ends: a server that becomes
-// slower during it has its base raised by checkModel, and counted
-// against the rate of before, that base counted ever more workers; each
-// request below that count was admitted however long the queue, the
-// queue did not follow what the rule expected, and checkModel raised
-// the base again (a review's simulation: 16 workers of 20 ms on average
-// at 2x, 5 times slower from 2 s: p99 1 928 ms, a runaway queue in 15
-// of 16 seeds, against 647 ms; 64 workers cut to 16: 1 025 in flight
-// where the rule held 35). Below that many in flight, a new request finds a free
-// worker, and the overload rule expects no more than the base for it.
+// that rate without a queue); 0 when unknown. Below that many in
+// flight, a new request finds a free worker, and the overload rule
+// expects no more than the base for it.
+//
 // Little's law as the rule applies it ((in flight + 1) x the time per
 // completion of the last windows) holds only while the server is
 // saturated: below that, the time per completion is the time between
@@ -1278,13 +1271,22 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 // more it refused: a pool of 8 workers of 50 ms on average
 // (exponential: 160/s) at 4 times its capacity for 3 s was served
 // 116-168/s in time, 146/s on average over 8 seeds; counting its free
-// workers, 153-171/s, 158/s (TestOverloadKeepsIdleWorkersBusy). A
-// server whose base is too short (a pool overloaded from its first
-// request, whose first answers are its fastest) counts too few: the
-// rule as before. Not the base that followService
-// publishes: the time per completion may be from before the server
-// became slower, and the two together would count more workers than
-// it has. l.mu is held.
+// workers, 153-171/s, 158/s (TestOverloadKeepsIdleWorkersBusy).
+//
+// The count is taken when the overload begins, and stands until it
+// ends. Recounted with the base that checkModel raises (or the one
+// followService publishes), a server that became slower during the
+// overload had ever more workers counted against the rate of before;
+// each request below that count was admitted however long the queue,
+// the queue did not follow what the rule expected, and checkModel
+// raised the base again (a review's simulation: 16 workers of 20 ms on
+// average at 2x, 5 times slower from 2 s: p99 1 928 ms, a runaway queue
+// in 15 of 16 seeds, against 647 ms; 64 workers cut to 16: 1 025 in
+// flight where the rule held 35;
+// TestSlowerDuringOverloadCountsNoMoreWorkers). A server whose base is
+// too short (a pool overloaded from its first request, whose first
+// answers are its fastest) counts too few: the rule as before. l.mu is
+// held.
 func (l *Limiter) idleWorkers() int64 {
 	if l.perFull <= 0 {
 		return 0
