@@ -99,12 +99,17 @@
 // over 1.5 s) makes the server overloaded all the same; the waiters then
 // wait a little longer, and the callers refused meanwhile, sending again
 // at once, show a closed loop: the server is suspect again (see verdict
-// in suspect.go). Each such overload refuses its first windows'
-// arrivals, and one whose refused callers come back too slowly (a
-// CPU-saturated tier) is not told apart, and refuses until the next
-// probe: over TCP, ramps of 512 and 1 024 callers into a pool had
-// 340-3 000 of their requests refused in 3 of 6 runs, and 7 000-21 650
-// in the other 3, where no limiter refuses any (2026-12-07).
+// in suspect.go). Each such overload refuses the callers' spin
+// until the verdict: the first attempts offered since it began, against
+// the rate of before, at a bar that falls as the evidence accumulates,
+// with some of the newest waiters refused at once where the first window
+// does not tell (their callers come back if they are a closed loop).
+// Over TCP, ramps of 512 and 1 024 callers into a pool had 470-2 000 of
+// their requests refused a run (10 runs each), where no limiter refuses
+// any; before the bar fell and waiters were refused to tell, a spin
+// that came back slowly (a CPU-saturated chain) was taken for an open
+// loop in 8 of 16 runs and refused until the next probe, 8 400-22 200
+// a run (2026-12-07).
 //
 // Config.MaxInFlight adds a fixed cap, with an optional short queue
 // (Config.QueueSize; Limiter.Wait: CoDel-style timeouts, and the newest

@@ -93,25 +93,43 @@ const (
 	probeArrivals = 32
 	closedRatio   = 0.5
 	// An overload that began with waiters (the suspect phase's) keeps
-	// them waiting for spinWindows windows at most (a timer): if the
-	// requests offered since it began come at spinRatio times the rate
-	// of before (at least probeArrivals of them), its callers send again
-	// the moment they are refused, a closed loop (still ramping up), and
-	// the server is suspect again, its waiters served oldest first; if
-	// not, the waiters are refused (see verdict). Measured (tiers that
-	// logged the ratio): ghz ramping 512 callers over 1.6 s into a pool,
-	// over TCP, 7.4-17 in the first window; busy's CPU-bound overload,
-	// an open loop at twice its chain's capacity read by a starved
-	// gateway in bursts, 0.2-2.0 (8 runs); in a review's simulations, a
-	// tier that reads its callers 40 ms late about 4 in one window, and
-	// callers that retry a refusal at once, up to 5 times, up to 5 (at 3,
-	// both were taken for closed loops and left backlogs of seconds).
-	// Where refused callers come back slowly (race-enabled tiers on a
-	// loaded machine: 2.0-4.2) a ramp is not told apart, and is refused
-	// as before. The price for an open loop: its waiters are refused 80
-	// ms later, or meet their deadlines first.
-	spinWindows = 8
-	spinRatio   = 10
+	// them waiting for spinWindows windows at most (a timer), until a
+	// verdict tells whether its callers send again the moment they are
+	// refused, a closed loop still ramping up (the server is suspect
+	// again, its waiters served oldest first), or not (the waiters are
+	// refused). The evidence: the first attempts offered since the
+	// overload began (at least probeArrivals of them), against the
+	// offered rate of before. The bar falls as the evidence accumulates:
+	// spinRatio windows' worth of the arrivals of before (checked as the
+	// refusals come, spinEarly), spinRatio times the rate of before over
+	// one window, down to spinRatioLater times over spinRatio /
+	// spinRatioLater windows and more. If the first window does not
+	// decide, spinSeed windows' worth of the waiters, the newest, are
+	// refused at once: a closed loop's refused callers come back, an
+	// open loop's do not (or as retries, which do not count).
+	//
+	// Measured (tiers that logged the ratio): ghz ramping 512 and 1 024
+	// callers over 1.6 and 3.1 s into a pool, over TCP, 7.4-24 in the
+	// first window; busy's CPU-bound overload, an open loop at twice its
+	// chain's capacity read by a starved gateway in bursts, 0.2-2.0 (8
+	// runs); in a review's simulations, a tier that reads its callers
+	// 40 ms late about 4 in one window, callers that retry a refusal at
+	// once, up to 5 times, up to 5 (at 3, and counting retries, both
+	// were taken for closed loops and left backlogs of seconds). Hence
+	// first attempts only, a high bar for one window, and the rate of
+	// before as the higher of the last rateWindows' and the whole
+	// suspect phase's (a starved reader can leave the last windows
+	// nearly empty). Refused callers that come back in milliseconds
+	// (a chain whose CPU is saturated) spin at a few times the rate of
+	// before, below spinRatio: with spinRatio alone, such a ramp was
+	// taken for an open loop, and every caller refused until the next
+	// probe (over TCP, 8 400-22 200 refusals in 8 of 16 ramps). The price
+	// for an open loop: its waiters are refused up to 80 ms later, or
+	// meet their deadlines first.
+	spinWindows    = 8
+	spinRatio      = 10
+	spinRatioLater = 3
+	spinSeed       = 8
 )
 
 // ErrInvalidConfig is wrapped by the error New returns for an invalid
@@ -332,8 +350,10 @@ func (c *Config) resolve() error {
 // lets a request that meets it wait for a slot (see Wait).
 //
 // Acquire and Release allocate nothing and take no lock, but once per
-// window, when one of them takes a short one. A Limiter must be created
-// with New.
+// window, when one of them takes a short one, and while an overload's
+// verdict is pending, when a refusal brings the evidence it waits for
+// (spinEarly: it tries the lock, and never waits for it). A Limiter
+// must be created with New.
 type Limiter struct {
 	clk      Clock
 	since    *clock.Since // the time since origin, never going back
@@ -361,9 +381,11 @@ type Limiter struct {
 	wasted    atomic.Int64 // of those, the ones that held their slot at least the base latency
 	servedAt  atomic.Int64 // nanoseconds since origin at the last Measured or Failed release
 	refused   atomic.Int64 // refused by the overload and deadline rules, since New
+	spinCheck atomic.Int64 // while an overload's verdict is pending: refused at which it runs early (spinEarly); else 0
 	entered   atomic.Int64 // requests that waited while the server was suspect, since New
 	fromQueue atomic.Int64 // of those, admitted from the wait, since New
 	gone      atomic.Int64 // of those, whose caller left while they waited, since New
+	others    atomic.Int64 // of refused, the retries and hedges (see verdict)
 	// Read by every request, written once per window.
 	winEnd     atomic.Int64 // nanoseconds since origin
 	overloaded atomic.Bool
@@ -422,7 +444,9 @@ type Limiter struct {
 	spinBefore float64                // offered arrivals per nanosecond before the overload
 	spinAt     int64                  // when the overload began
 	spinFrom   int64                  // offered arrivals then
+	spinOthers int64                  // others then
 	pending    bool                   // the overload's first waiters wait for its verdict
+	seeded     bool                   // the verdict refused some of them (see verdict)
 	suspectFor int64                  // windows since the server became suspect in which its completions did not grow
 	suspectAll int64                  // windows since the server became suspect
 	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
@@ -431,10 +455,12 @@ type Limiter struct {
 	floor      int64                  // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
 	// perFull: the time per completion of the suspect phase before this
-	// overload (nanoseconds; 0: unknown); suspDone: the completions when
-	// the server last became suspect (see idleWorkers).
-	perFull  int64
-	suspDone int64
+	// overload (nanoseconds; 0: unknown); suspDone and suspOffered: the
+	// completions and the offered arrivals when the server last became
+	// suspect (see idleWorkers and verdict).
+	perFull     int64
+	suspDone    int64
+	suspOffered int64
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -650,7 +676,12 @@ func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Perm
 			if p, ok := l.trial(at); ok {
 				return p, nil, 0, nil
 			}
-			l.refused.Add(1)
+			if c == ClassRetry || c == ClassHedge {
+				l.others.Add(1)
+			}
+			if n := l.refused.Add(1); n == l.spinCheck.Load() {
+				l.spinEarly()
+			}
 			return Permit{}, nil, 0, err
 		}
 		return Permit{}, nil, expected, nil
@@ -1586,6 +1617,7 @@ func (l *Limiter) endOverload() {
 		// overload waited behind (a review's simulation: 787 of it
 		// served late, none in time).
 		l.pending = false
+		l.spinCheck.Store(0)
 		l.releaseSuspect(false)
 	}
 	l.setThresholds()

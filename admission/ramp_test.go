@@ -68,22 +68,33 @@ func TestLongRampBarelyRefused(t *testing.T) {
 // A ramp whose callers' deadlines are shorter than their queue (512
 // callers of a pool of 4 x 5 ms, 640 ms at capacity, with 300 ms
 // deadlines) cannot be served in time by a server that lets them all
-// wait: the overloads that refuse its spin keep what the server holds
-// within the deadlines. Suspect phases made longer after each closed
-// loop's verdict (tried, and reverted for other reasons) served it late:
-// 2 448 requests in time, not 4 059.
+// wait. The overloads that refuse the ramp's spin keep what the server
+// holds nearer the deadlines until a verdict reads the closed loop:
+// 2 734 served in time, 1 126 without a limiter. (The verdict before
+// spinEarly and spinSeed served 4 059, by accident: its overloads went
+// on refusing the spin after the ramp, 150 000 refusals a run; over
+// the review grid's ramps with 300 ms deadlines, the faster verdict
+// serves 0.6 % more in time with 90 % fewer refusals. Suspect phases
+// made longer after each closed verdict, tried and reverted, served
+// 2 448.) Once the ramp is over, such a closed loop is served late with
+// or without a limiter (all 512 callers at once: 533 in time, either
+// way): a server that is calm is never refused anything.
 func TestShortDeadlineRampServedInTime(t *testing.T) {
-	s := newSim(t, Config{}, 4, 5*time.Millisecond, 1)
-	s.late, s.leave = true, true
-	const deadline = 300 * time.Millisecond
-	s.closedRamp(3, 0, 0, 5*time.Second, deadline) // the warm-up
-	s.run(500 * time.Millisecond)
-	s.closedRamp(512, 500*time.Millisecond, 1600*time.Millisecond, 5*time.Second, deadline)
-	s.run(6 * time.Second)
-	ok, all := s.inTime(0, 5*time.Second)
-	t.Logf("%d of %d served in time", ok, all)
-	if ok < 3600 { // 800/s for 5 s: 4 000
-		t.Errorf("%d served in time, want at least 3 600 (90 %% of the capacity)", ok)
+	run := func(off bool) (ok, all int) {
+		s := newSim(t, Config{}, 4, 5*time.Millisecond, 1)
+		s.late, s.leave, s.off = true, true, off
+		const deadline = 300 * time.Millisecond
+		s.closedRamp(3, 0, 0, 5*time.Second, deadline) // the warm-up
+		s.run(500 * time.Millisecond)
+		s.closedRamp(512, 500*time.Millisecond, 1600*time.Millisecond, 5*time.Second, deadline)
+		s.run(6 * time.Second)
+		return s.inTime(0, 5*time.Second)
+	}
+	offOK, _ := run(true)
+	ok, all := run(false)
+	t.Logf("%d of %d served in time (no limiter %d)", ok, all, offOK)
+	if ok < 2*offOK {
+		t.Errorf("%d served in time, want at least twice the %d without a limiter", ok, offOK)
 	}
 }
 
@@ -117,11 +128,13 @@ func (s *sim) openRetrying(rate float64, start, end, deadline time.Duration, att
 
 // An open loop whose callers retry a refusal at once, up to 5 times,
 // offers up to 5 times its rate while it is refused, and read as a
-// closed loop's spin (the verdict's ratio at 3), its waiters waited on
-// and went in: the overload left thousands in flight, and none of the
-// half load after it was served within 2 s (a review's simulation: a
-// pool of 4 x 5 ms at 4x, retries within 10 ms, 1 s deadlines; 806-847
-// served with the verdict's parent). The ratio is 10.
+// closed loop's spin (once by a verdict at 3 times the rate of before
+// that counted the retries), its waiters waited on and went in: the
+// overload left thousands in flight, and none of the half load after it
+// was served within 2 s (a review's simulation: a pool of 4 x 5 ms at
+// 4x, retries within 10 ms, 1 s deadlines; 806-847 served with the
+// verdict's parent). The verdict counts first attempts only: the
+// retries it refuses do not read as a spin however soon they come.
 func TestRetryingOpenLoopKeepsItsOverload(t *testing.T) {
 	const capacity = 800.0
 	for seed := uint64(1); seed <= 2; seed++ {
@@ -165,6 +178,37 @@ func TestVerdictWaitersNotStuck(t *testing.T) {
 		s.run(3 * time.Second)
 		if n := len(s.parked); n != 0 {
 			t.Errorf("%.0fx: %d requests still waiting in the limiter 2 s after the burst stopped", factor, n)
+		}
+	}
+}
+
+// A ramp into a chain that answers refusals slowly (its CPU saturated):
+// the callers refused when an overload begins come back a few
+// milliseconds later, and their spin reads a few times the rate of
+// before, not tens, until many of them spin. Read against spinRatio
+// alone, the verdict took the ramp for an open loop: it refused the
+// waiters, and every caller until the next probe (512 callers of a pool
+// of 4 x 5 ms over 1.6 s, refusals answered in 1, 5, 10, 20 ms: 3 372,
+// 53 437, 27 093 and 14 927 refused). Now the bar falls as the
+// windows pass, and after the first window some waiters are refused at
+// once (spinSeed), so that a closed loop's spin shows: 1 296, 1 016,
+// 969 and 1 059.
+func TestSlowSpinRampBarelyRefused(t *testing.T) {
+	for _, rtt := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond} {
+		s := newSim(t, Config{}, 4, 5*time.Millisecond, 1)
+		s.late = true
+		s.refusedRTT = rtt
+		s.closedRamp(3, 0, 0, 5*time.Second, 0) // the warm-up
+		s.run(500 * time.Millisecond)
+		s.closedRamp(512, 500*time.Millisecond, 1600*time.Millisecond, 5*time.Second, 0)
+		s.run(5 * time.Second)
+		refused, served, p99 := s.in(0, 5*time.Second)
+		t.Logf("refusals answered in %v: refused %d (%.2f a caller), served %d, p99 %v", rtt, refused, float64(refused)/512, served, p99)
+		if refused > 4*512 {
+			t.Errorf("refusals answered in %v: %d refused, %.1f a caller: want at most 4 a caller", rtt, refused, float64(refused)/512)
+		}
+		if served < 3800 { // 800/s for 4.5 s after the warm-up's 0.5 s
+			t.Errorf("refusals answered in %v: %d served, want at least 3 800", rtt, served)
 		}
 	}
 }

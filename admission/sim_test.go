@@ -48,6 +48,14 @@ type sim struct {
 	// late: a request served after its caller's deadline is released
 	// Abandoned, as the interceptor does (its caller had left).
 	late bool
+	// refusedRTT, when set, is how long a closed-loop caller takes to
+	// send again after a refusal (else the round trip, 100 µs): a chain
+	// whose CPU is saturated answers refusals slowly, and its callers'
+	// spin reads a few times their rate of before, not tens.
+	refusedRTT time.Duration
+	// lastRefused: the closed-loop callers whose request was refused
+	// and is not yet answered, with refusedRTT set.
+	lastRefused map[int]bool
 	// classOf, when set, gives the class of each new request.
 	classOf func() Class
 	// wait, when set, is how long an admitted request waits before it
@@ -214,6 +222,7 @@ func (s *sim) release() {
 		for _, r := range ended {
 			if p, err, settled := s.l.settle(r.w); settled && err != nil {
 				s.results = append(s.results, simResult{at: r.arrived, refused: true, class: r.class})
+				s.refusedBy(r.caller)
 				s.answered(r.caller)
 			} else if settled {
 				s.admitted(p, r.caller, r.class, r.arrived, r.deadline)
@@ -292,6 +301,7 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 	}
 	if err != nil {
 		s.results = append(s.results, simResult{at: arrived, refused: true, deadline: err == ErrDeadline, class: class})
+		s.refusedBy(caller)
 		if h := s.l.hold.Load(); h != nil && caller >= 0 {
 			s.held = append(s.held, heldReq{h, caller})
 			return
@@ -393,6 +403,17 @@ func abandoned(time.Duration) Outcome { return Abandoned }
 // noCaller marks an open-loop request.
 const noCaller = -1
 
+// refusedBy notes that caller's request was refused (see refusedRTT).
+func (s *sim) refusedBy(caller int) {
+	if s.refusedRTT == 0 || caller < 0 {
+		return
+	}
+	if s.lastRefused == nil {
+		s.lastRefused = map[int]bool{}
+	}
+	s.lastRefused[caller] = true
+}
+
 func (s *sim) answered(caller int) {
 	if caller >= 0 && s.onAnswer != nil {
 		s.onAnswer(caller)
@@ -411,7 +432,12 @@ func (s *sim) closedRamp(n int, start, ramp, end, deadline time.Duration) {
 	const rtt = 100 * time.Microsecond
 	s.onAnswer = func(c int) {
 		if s.el < end {
-			s.at(s.el+rtt, func() { s.arrive(c, s.class(), deadline) })
+			next := rtt
+			if s.lastRefused[c] {
+				delete(s.lastRefused, c)
+				next = s.refusedRTT
+			}
+			s.at(s.el+next, func() { s.arrive(c, s.class(), deadline) })
 		}
 	}
 	for c := range n {

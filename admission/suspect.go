@@ -119,7 +119,8 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.calmRun = 0
 	l.held = [calmWindows + 1]int64{}
 	l.suspectFrom.Store(l.now())
-	l.suspDone = l.counters().done
+	c := l.counters()
+	l.suspDone, l.suspOffered = c.done, c.arrived+c.refused
 	l.suspSum.Store(0)
 	l.suspN.Store(0)
 	l.roomSeen.Store(false)
@@ -340,14 +341,18 @@ func (l *Limiter) whileSuspect(win window) {
 		return
 	}
 	l.mdl.reset(l.winStart)
-	l.spinBefore = l.offeredRate(rateWindows)
 	c := l.counters()
+	l.spinBefore = l.offeredRate(rateWindows)
+	if phase := l.now() - l.suspectFrom.Load(); phase > rateWindows*int64(l.cfg.Window) {
+		l.spinBefore = max(l.spinBefore, float64(c.arrived+c.refused-l.suspOffered)/float64(phase))
+	}
 	l.perFull = 0
 	if done := c.done - l.suspDone; done > 0 {
 		l.perFull = (l.now() - l.suspectFrom.Load()) / done
 	}
 	l.idleUnder.Store(l.idleWorkers())
-	l.spinAt, l.spinFrom = l.now(), c.arrived+c.refused
+	l.spinAt, l.spinFrom, l.spinOthers = l.now(), c.arrived+c.refused, l.others.Load()
+	l.seeded = false
 	// Overloaded first: a request that arrives between the two stores
 	// meets the overload rule, not no rule at all (gate reads
 	// overloaded first).
@@ -365,6 +370,7 @@ func (l *Limiter) whileSuspect(win window) {
 	// on a timer (windows end only with events: arrivals that stopped
 	// with the overload's start left the waiters waiting for the next).
 	l.pending = true
+	l.spinCheck.Store(c.refused + max(probeArrivals, int64(spinRatio*l.spinBefore*float64(l.cfg.Window))))
 	at := l.spinAt
 	l.afterFunc(time.Duration(spinWindows)*l.cfg.Window, func() {
 		l.mu.Lock()
@@ -376,34 +382,45 @@ func (l *Limiter) whileSuspect(win window) {
 }
 
 // verdict decides, while an overload that began with waiters is at most
-// spinWindows windows old (at the end of each window, and when they are
-// over, when it decides for good: final), whether its waiters are an
-// overload's (refused) or a closed loop's callers (the server is
-// suspect again, and they wait on): a closed loop's callers, refused,
-// send again at once, and the requests offered since the overload
-// began come at spinRatio times the rate of before, and at least
-// probeArrivals of them. An open loop's new arrivals do not follow the
-// answers, and what could read so is not near that ratio: a tier that
-// reads its callers late, in bursts, read 4 times the rate of before
-// in one window of an open-loop overload; callers that retry a refusal
-// at once, up to 5 times, offer at most 5 times (a review's
-// simulations: with the ratio at 3, both were taken for closed loops,
-// the waiters waited on and let in, and the overload left a backlog of
-// seconds). It reports whether it decided. l.mu is held.
+// spinWindows windows old (at the end of each window, when the refusals
+// reach spinCheck, and when the windows are over, for good: final),
+// whether its waiters are an overload's (refused) or a closed loop's
+// callers (the server is suspect again, and they wait on): a closed
+// loop's callers, refused, send again at once, and the first attempts
+// offered since the overload began come at several times the rate of
+// before (the bar: see spinRatio). An open loop's new arrivals do not
+// follow the answers; its callers that retry come back as retries. The
+// first window's end that does not decide refuses some of the newest
+// waiters (spinSeed), so that a closed loop shows even where its
+// refused callers come back slowly. It reports whether it decided. l.mu
+// is held.
 func (l *Limiter) verdict(final bool) bool {
 	dur := l.now() - l.spinAt
 	c := l.counters()
-	offered := c.arrived + c.refused - l.spinFrom
-	closed := l.spinBefore > 0 && dur > 0 && offered >= probeArrivals && float64(offered)/float64(dur) >= spinRatio*l.spinBefore
+	offered := c.arrived + c.refused - l.spinFrom - (l.others.Load() - l.spinOthers)
+	ratio := 0.0
+	if l.spinBefore > 0 && dur > 0 {
+		ratio = float64(offered) / float64(dur) / l.spinBefore
+	}
+	bar := max(spinRatioLater, spinRatio*float64(l.cfg.Window)/float64(max(dur, 1)))
+	closed := offered >= probeArrivals && ratio >= bar
 	switch {
 	case !closed && !final:
+		l.spinCheck.Store(c.refused + probeArrivals)
+		if !l.seeded && l.overSince > 0 {
+			l.seeded = true
+			l.sq.mu.Lock()
+			l.sq.refuseNewest(max(probeArrivals, int(l.spinBefore*float64(spinSeed*int64(l.cfg.Window)))))
+			l.sq.mu.Unlock()
+		}
 		return false
-	case !closed:
-		l.pending = false
+	}
+	l.pending = false
+	l.spinCheck.Store(0)
+	if !closed {
 		l.releaseSuspect(false)
 		return true
 	}
-	l.pending = false
 	// A closed loop's callers: the server is suspect again, and they
 	// wait on, oldest first from now on (while the oldest can still be
 	// served in time: see dispatchSuspect). Newest first, the oldest
@@ -419,6 +436,24 @@ func (l *Limiter) verdict(final bool) bool {
 	l.endOverload()
 	l.dispatchSuspect()
 	return true
+}
+
+// spinEarly runs the verdict before the window's end, once the refusals
+// since the overload began reach spinCheck: a closed loop's callers
+// that come back within a fraction of a window are told apart after
+// spinRatio windows' worth of the arrivals of before, not after a
+// window of them spinning (over TCP 100-500 refusals; where refused
+// callers come back within 100 µs, and after spinSeed's refusals,
+// thousands).
+// It never waits for l.mu: the window's end decides if it cannot.
+func (l *Limiter) spinEarly() {
+	if !l.mu.TryLock() {
+		return
+	}
+	defer l.mu.Unlock()
+	if l.pending {
+		l.verdict(false)
+	}
 }
 
 // endSuspect ends the suspect phase: the server is calm, and everyone
@@ -459,6 +494,25 @@ func (l *Limiter) releaseSuspect(admit bool) {
 		close(w.ready)
 	}
 	l.sq.mu.Unlock()
+}
+
+// refuseNewest refuses the newest n waiters still waiting. q.mu is held.
+func (q *suspectQueue) refuseNewest(n int) {
+	for i := len(q.waiters) - 1; i >= 0 && n > 0; i-- {
+		if w := q.waiters[i]; !w.gone {
+			n--
+			w.refused, w.closed = true, true
+			close(w.ready)
+		}
+	}
+	kept := q.waiters[:0]
+	for _, w := range q.waiters {
+		if !w.closed || w.gone {
+			kept = append(kept, w)
+		}
+	}
+	clear(q.waiters[len(kept):])
+	q.waiters = kept
 }
 
 // dispatchSuspect admits the newest waiter (the oldest after a closed
