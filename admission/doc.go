@@ -104,8 +104,8 @@
 // the rate of before, at a bar that falls as the evidence accumulates,
 // with some of the newest waiters refused at once where the first window
 // does not tell (their callers come back if they are a closed loop).
-// Over TCP, ramps of 512 and 1 024 callers into a pool had 470-2 000 of
-// their requests refused a run (10 runs each), where no limiter refuses
+// Over TCP, ramps of 512 and 1 024 callers into a pool had 275-740 of
+// their requests refused a run (4 runs each), where no limiter refuses
 // any; before the bar fell and waiters were refused to tell, a spin
 // that came back slowly (a CPU-saturated chain) was taken for an open
 // loop in 8 of 16 runs and refused until the next probe, 8 400-22 200

@@ -70,7 +70,7 @@ func TestLongRampBarelyRefused(t *testing.T) {
 // deadlines) cannot be served in time by a server that lets them all
 // wait. The overloads that refuse the ramp's spin keep what the server
 // holds nearer the deadlines until a verdict reads the closed loop:
-// 2 734 served in time, 1 126 without a limiter. (The verdict before
+// 2 728 served in time, 1 126 without a limiter. (The verdict before
 // spinEarly and spinSeed served 4 059, by accident: its overloads went
 // on refusing the spin after the ramp, 150 000 refusals a run; over
 // the review grid's ramps with 300 ms deadlines, the faster verdict
@@ -191,8 +191,8 @@ func TestVerdictWaitersNotStuck(t *testing.T) {
 // of 4 x 5 ms over 1.6 s, refusals answered in 1, 5, 10, 20 ms: 3 372,
 // 53 437, 27 093 and 14 927 refused). Now the bar falls as the
 // windows pass, and after the first window some waiters are refused at
-// once (spinSeed), so that a closed loop's spin shows: 1 296, 1 016,
-// 969 and 1 059.
+// once (spinSeed), so that a closed loop's spin shows: 975, 1 042,
+// 779 and 997.
 func TestSlowSpinRampBarelyRefused(t *testing.T) {
 	for _, rtt := range []time.Duration{time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond} {
 		s := newSim(t, Config{}, 4, 5*time.Millisecond, 1)
