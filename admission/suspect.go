@@ -404,8 +404,7 @@ func (l *Limiter) verdict(final bool) bool {
 	}
 	bar := max(spinRatioLater, spinRatio*float64(l.cfg.Window)/float64(max(dur, 1)))
 	closed := offered >= probeArrivals && ratio >= bar
-	switch {
-	case !closed && !final:
+	if !closed && !final {
 		l.spinCheck.Store(c.refused + probeArrivals)
 		if !l.seeded && l.overSince > 0 {
 			l.seeded = true
