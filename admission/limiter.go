@@ -125,8 +125,8 @@ const (
 	// a ramp was taken for an open loop, and every caller refused until
 	// the next probe (over TCP, 8 400-22 200 refusals in 8 of 16 ramps).
 	// The bar is 6, not 10: every overload of a ramp refuses the spin
-	// until the bar is met (over TCP, 60 % fewer refusals at 6; on the
-	// review grid, 38 % fewer and nothing else changed). The price for
+	// until the bar is met (over TCP, 45-63 % fewer refusals at 6; on
+	// the review grid, 38 % fewer, the other families unchanged). The price for
 	// an open loop: its waiters are refused up to 80 ms later, or meet
 	// their deadlines first.
 	spinWindows    = 8

@@ -370,7 +370,7 @@ func (l *Limiter) whileSuspect(win window) {
 	// on a timer (windows end only with events: arrivals that stopped
 	// with the overload's start left the waiters waiting for the next).
 	l.pending = true
-	l.spinCheck.Store(c.refused + max(probeArrivals, int64(spinRatio*l.spinBefore*float64(l.cfg.Window))))
+	l.spinCheck.Store(c.refused + l.spinWorth(spinRatio))
 	at := l.spinAt
 	l.afterFunc(time.Duration(spinWindows)*l.cfg.Window, func() {
 		l.mu.Lock()
@@ -409,7 +409,7 @@ func (l *Limiter) verdict(final bool) bool {
 		if !l.seeded && l.overSince > 0 {
 			l.seeded = true
 			l.sq.mu.Lock()
-			l.sq.refuseNewest(max(probeArrivals, int(l.spinBefore*float64(spinSeed*int64(l.cfg.Window)))))
+			l.sq.refuseNewest(int(l.spinWorth(spinSeed)))
 			l.sq.mu.Unlock()
 		}
 		return false
@@ -435,6 +435,12 @@ func (l *Limiter) verdict(final bool) bool {
 	l.endOverload()
 	l.dispatchSuspect()
 	return true
+}
+
+// spinWorth returns windows windows' worth of the arrivals of before the
+// overload (spinBefore), at least probeArrivals. l.mu is held.
+func (l *Limiter) spinWorth(windows float64) int64 {
+	return max(probeArrivals, int64(windows*l.spinBefore*float64(l.cfg.Window)))
 }
 
 // spinEarly runs the verdict before the window's end, once the refusals
