@@ -35,9 +35,14 @@
 // over the successes, which the first, fastest answers alone
 // underestimate (see coldStart in cold.go); until it can tell, it holds
 // no one. Known limits: a pool that completes only a few requests a
-// window (64 workers of 300 ms, or 4 of 50 ms), at twice its capacity,
-// can look calm by chance, and its base follows its queue (p99 of 2-8 s
-// against deadlines of 1-3 s); one that completes a few a second,
+// window (64 workers of 300 ms), at twice its capacity, stays suspect
+// until its tests of calm have spanned 64 events, and some of what it
+// held waits until its callers' deadlines (0.75-0.87x of its capacity
+// served in time with 1 s deadlines, where tests of calm over two
+// windows, passed by chance, left 4 runs of 6 at 0.17-0.25x); a cold
+// one (4 workers of 50 ms) keeps the base of its first, fastest answers
+// until 8 requests admitted with nothing in flight tell it more
+// (0.58-0.93x in time); one that completes a few a second,
 // overloaded from its very first request, builds a queue past its
 // callers' deadlines before its first answers tell (p99 1-19 s where it
 // was 0.9-6.5 s); an overload that ends after a second or two (open-loop

@@ -36,6 +36,10 @@ const (
 	// calmWindows windows in a row whose arrivals, refused ones included,
 	// do not exceed the completions end it.
 	calmWindows = 2
+	// The tests of calm span calmEvents arrivals and completions at
+	// least, calmSpan windows at most (see calmSpanNow).
+	calmEvents = 64
+	calmSpan   = 16
 	// belowShare of the rate served during an overload: what is offered
 	// below it ends the overload (see belowServed).
 	belowShare = 0.7
@@ -53,6 +57,9 @@ const (
 	// minSamples successes in the history make the mean of their
 	// latencies the base.
 	minSamples = 4
+	// freeSamples successes admitted with nothing else in flight make
+	// the mean of their latencies a base (see followService).
+	freeSamples = 8
 	// modelSamples served requests admitted by the overload rule make
 	// a batch that checkModel checks against the rule's model of the
 	// server (a long batch also spans twice what they took); modelChecks
@@ -412,6 +419,7 @@ type Limiter struct {
 	hold        atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
 	least       atomic.Int64                  // the least Measured latency of the window; 0: none
 	judging     atomic.Pointer[judgement]     // followService's judgement; never nil
+	free        atomic.Pointer[freeLatencies] // since the last overload began (freeMean); never nil
 	waitingN    atomic.Int64                  // requests in the queue or about to enter it
 	rejected    [numReasons]atomic.Int64
 	mdl         model // checkModel's samples
@@ -443,19 +451,20 @@ type Limiter struct {
 	probing    bool
 	probeMid   int64 // offered arrivals at the probe's half-way point
 	probeStart snapshot
-	probeRate  float64                // offered arrivals per nanosecond before the probe
-	spinBefore float64                // offered arrivals per nanosecond before the overload
-	spinAt     int64                  // when the overload began
-	spinFrom   int64                  // offered arrivals then
-	spinOthers int64                  // others then
-	pending    bool                   // the overload's first waiters wait for its verdict
-	seeded     bool                   // the verdict refused some of them (see verdict)
-	suspectFor int64                  // windows since the server became suspect in which its completions did not grow
-	suspectAll int64                  // windows since the server became suspect
-	suspectMax int64                  // suspectFor windows it may stay suspect before it is overloaded
-	suspectIn  int64                  // in flight when it became suspect
-	held       [calmWindows + 1]int64 // in flight and waiting at the end of the last suspect windows, oldest first
-	floor      int64                  // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
+	probeRate  float64             // offered arrivals per nanosecond before the probe
+	spinBefore float64             // offered arrivals per nanosecond before the overload
+	spinAt     int64               // when the overload began
+	spinFrom   int64               // offered arrivals then
+	spinOthers int64               // others then
+	pending    bool                // the overload's first waiters wait for its verdict
+	seeded     bool                // the verdict refused some of them (see verdict)
+	suspectFor int64               // windows since the server became suspect in which its completions did not grow
+	suspectAll int64               // windows since the server became suspect
+	suspectMax int64               // suspectFor windows it may stay suspect before it is overloaded
+	suspectIn  int64               // in flight when it became suspect
+	heldN      int                 // windows recorded in held, up to its length
+	held       [calmSpan + 1]int64 // what the server held at the end of the last windows, oldest first (recordHeld)
+	floor      int64               // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
 	// perFull: the time per completion of the suspect phase before this
 	// overload (nanoseconds; 0: unknown); suspDone and suspOffered: the
@@ -542,6 +551,7 @@ func New(cfg Config) (*Limiter, error) {
 	l.origin = l.since.Start()
 	l.winEnd.Store(int64(cfg.Window))
 	l.judging.Store(&judgement{}) // from the start, until the first overload starts one
+	l.free.Store(&freeLatencies{})
 	l.cold.on.Store(true)
 	l.setThresholds()
 	return l, nil
@@ -651,8 +661,9 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 		at = l.now()
 	}
 	if l.capAll == 0 {
-		l.inflight.Add(1)
-		return l.permit(at, exp), nil
+		p := l.permit(at, exp)
+		p.free = l.inflight.Add(1) == 1
+		return p, nil
 	}
 	if l.cfg.QueueSize == 0 || l.waiting() == 0 {
 		if p, ok := l.take(c, at); ok {
@@ -711,8 +722,12 @@ func (l *Limiter) overload(c Class, deadline, now time.Time) (int64, error) {
 	}
 	in := l.inflight.Load()
 	expected := (in + 1) * per
-	if in < l.idleUnder.Load() {
-		// A worker is free (see idleWorkers): no queue to wait in.
+	if in < max(l.idleUnder.Load(), 1) {
+		// A worker is free (see idleWorkers), or nothing is in flight:
+		// no queue to wait in. (At 1 or 2 in flight, the time per
+		// completion is that of a server kept idle, and read as a queue
+		// it kept a cold pool whose base was too short at 0 or 1 in
+		// flight of its 4 workers: TestColdOverloadVariedService.)
 		expected = min(expected, l.baseNow.Load())
 	}
 	if !deadline.IsZero() && int64(deadline.Sub(now)) < expected {
@@ -805,7 +820,9 @@ func (l *Limiter) take(c Class, at int64) (Permit, bool) {
 	lim := l.capOf(c)
 	for cur := l.inflight.Load(); cur < lim; cur = l.inflight.Load() {
 		if l.inflight.CompareAndSwap(cur, cur+1) {
-			return l.permit(at, 0), true
+			p := l.permit(at, 0)
+			p.free = cur == 0
+			return p, true
 		}
 	}
 	return Permit{}, false
@@ -857,6 +874,7 @@ type Permit struct {
 	// the request (see checkModel); 0 for one admitted without it.
 	expected int64
 	cold     bool // counted by the cold start (see coldStart)
+	free     bool // admitted with nothing else in flight: it waited behind no one (see freeMean)
 	trial    bool // let in against the overload rule or the suspect phase (see trialDue)
 }
 
@@ -915,6 +933,10 @@ func (p Permit) Release(o Outcome) {
 			}
 			if j := l.judging.Load(); p.start >= j.from {
 				lower(&j.least, rtt)
+			}
+			if f := l.free.Load(); p.free && l.overloaded.Load() && p.start >= f.from {
+				f.sum.Add(rtt)
+				f.n.Add(1)
 			}
 			if p.expected > 0 {
 				l.mdl.add(rtt, p.expected)
@@ -1009,10 +1031,12 @@ func (l *Limiter) roll(at int64) {
 	}
 	switch {
 	case l.overloaded.Load():
+		l.recordHeld(win.inflight)
 		l.whileOverloaded(win, at)
 	case l.suspect.Load():
 		l.whileSuspect(win)
 	default:
+		l.recordHeld(win.inflight)
 		l.whileNot(win)
 	}
 }
@@ -1194,13 +1218,14 @@ func calm(win window) bool {
 // windows of a server at low rates hold a handful of events each, and
 // two in a row can look calm by chance in an open loop at three times
 // its capacity. l.mu is held.
-func (l *Limiter) calmLately() bool { return l.calmOver(false) }
+func (l *Limiter) calmLately() bool { return l.calmOver(false, rateWindows) }
 
-// calmOver is calmLately, counting as completions only the requests
-// served (not Abandoned) when served is true. l.mu is held.
-func (l *Limiter) calmOver(served bool) bool {
+// calmOver is calm over the last n windows together, counting as
+// completions only the requests served (not Abandoned) when served is
+// true. l.mu is held.
+func (l *Limiter) calmOver(served bool, n int) bool {
 	var sum window
-	for i := range min(rateWindows, l.histN) {
+	for i := range min(n, l.histN) {
 		w := l.recent(i)
 		sum.arrived += w.arrived
 		sum.refused += w.refused
@@ -1274,7 +1299,7 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 		// 0.11-0.28x of capacity; TestStarvedWindowsKeepTheOverload). A
 		// load that ended leaves nothing to refuse, and its next
 		// arrivals, calm, end the overload.
-	case calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served):
+	case calm(window{arrived: win.arrived, refused: win.refused, done: completions(win, served)}) && l.calmOver(served, rateWindows):
 		l.calmRun++
 	default:
 		l.calmRun = 0
@@ -1319,8 +1344,11 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 // flight where the rule held 35;
 // TestSlowerDuringOverloadCountsNoMoreWorkers). A server whose base is
 // too short (a pool overloaded from its first request, whose first
-// answers are its fastest) counts too few: the rule as before. l.mu is
-// held.
+// answers are its fastest) counts too few, until the requests admitted
+// with nothing in flight tell its latency (followService raises the
+// count then, for the rest of the overload: a server that becomes
+// faster during it keeps the higher count, bounded by baseDrift). l.mu
+// is held.
 func (l *Limiter) idleWorkers() int64 {
 	if l.perFull <= 0 {
 		return 0
@@ -1416,6 +1444,20 @@ func (l *Limiter) followService() {
 	base := l.base
 	if l.following && least > base {
 		base = min(least, l.followTo, baseDrift*l.base)
+	}
+	// The requests admitted with nothing else in flight waited behind
+	// no one: the mean of their latencies is the server's without a
+	// queue, whatever their spread. Where it exceeds the base by more
+	// than the margin, the base is too short (a pool overloaded from
+	// its first request, whose first answers were its fastest: 8-43 ms
+	// for 50 ms on average), and so are the workers counted idle by it;
+	// both follow the mean. Not the least latency: with latencies that
+	// spread, the least of a few is near nothing.
+	if free := l.freeMean(); free > margin {
+		base = max(base, min(free, baseDrift*l.base))
+		if l.perFull > 0 {
+			l.idleUnder.Store(max(l.idleUnder.Load(), base/l.perFull))
+		}
 	}
 	l.publishThresholds(base)
 }
@@ -1592,6 +1634,27 @@ func (m *model) reset(at int64) {
 	m.short, m.long = sums{}, sums{from: at}
 	m.mu.Unlock()
 	m.streak, m.longStreak = streak{}, streak{}
+}
+
+// freeMean returns the mean latency of the successes admitted with
+// nothing else in flight since the overload began, 0 with fewer than
+// freeSamples of them (followService).
+func (l *Limiter) freeMean() int64 {
+	f := l.free.Load()
+	n := f.n.Load()
+	if n < freeSamples {
+		return 0
+	}
+	return f.sum.Load() / n
+}
+
+// freeLatencies are the latencies of the successes admitted with nothing
+// else in flight since an overload began (from). A new overload stores
+// a new value, so that a request released while one begins adds to the
+// sums it belongs to, never to the next one's.
+type freeLatencies struct {
+	from   int64        // nanoseconds since origin
+	sum, n atomic.Int64 // nanoseconds, and their number
 }
 
 // startJudging starts a judgement of followService: the least latency of
