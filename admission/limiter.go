@@ -462,7 +462,6 @@ type Limiter struct {
 	suspectAll int64               // windows since the server became suspect
 	suspectMax int64               // suspectFor windows it may stay suspect before it is overloaded
 	suspectIn  int64               // in flight when it became suspect
-	heldN      int                 // windows recorded in held, up to its length
 	held       [calmSpan + 1]int64 // what the server held at the end of the last windows, oldest first (recordHeld)
 	floor      int64               // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64
@@ -934,9 +933,11 @@ func (p Permit) Release(o Outcome) {
 			if j := l.judging.Load(); p.start >= j.from {
 				lower(&j.least, rtt)
 			}
-			if f := l.free.Load(); p.free && l.overloaded.Load() && p.start >= f.from {
-				f.sum.Add(rtt)
-				f.n.Add(1)
+			if p.free && l.overloaded.Load() {
+				if f := l.free.Load(); p.start >= f.from {
+					f.sum.Add(rtt)
+					f.n.Add(1)
+				}
 			}
 			if p.expected > 0 {
 				l.mdl.add(rtt, p.expected)
@@ -1449,8 +1450,8 @@ func (l *Limiter) followService() {
 	// no one: the mean of their latencies is the server's without a
 	// queue, whatever their spread. Where it exceeds the base by more
 	// than the margin, the base is too short (a pool overloaded from
-	// its first request, whose first answers were its fastest: 8-43 ms
-	// for 50 ms on average), and so are the workers counted idle by it;
+	// its first request, whose first answers were its fastest: as low
+	// as 8 ms for 50 ms on average), and so are the workers counted idle by it;
 	// both follow the mean. Not the least latency: with latencies that
 	// spread, the least of a few is near nothing.
 	if free := l.freeMean(); free > margin {

@@ -165,16 +165,17 @@ func (l *Limiter) heldFlat(inflight int64, span int) bool {
 	}
 	l.sq.mu.Unlock()
 	l.recordHeld(held)
-	return l.suspectAll >= calmWindows && l.heldN > span && held <= l.held[calmSpan-span]+growthMargin
+	return l.histN > span && held <= l.held[calmSpan-span]+growthMargin
 }
 
 // recordHeld records what the server holds at the end of a window: in
 // flight and waiting while it is suspect (heldFlat), in flight
-// otherwise. l.mu is held.
+// otherwise. Every window's end records once, as it records the window
+// (roll), so that the last min(histN, calmSpan+1) are there. l.mu is
+// held.
 func (l *Limiter) recordHeld(held int64) {
 	copy(l.held[:], l.held[1:])
 	l.held[calmSpan] = held
-	l.heldN = min(l.heldN+1, calmSpan+1)
 }
 
 // calmSpanNow returns how many of the last windows the tests of calm
@@ -184,18 +185,19 @@ func (l *Limiter) recordHeld(held int64) {
 // A window ends with minEvents events. A pool whose hold spreads (16
 // workers of 50 ms on average, exponential) at twice its capacity
 // completes 3 or 4 requests a window, and what it holds grows by 2 or 3
-// a window, give or take as much (Poisson): over two windows it looked
-// flat (within growthMargin) about one window in six, and two such
-// windows in a row came within most suspect phases of 30 windows. Each
+// a window, give or take as much (Poisson): over two windows it looks
+// flat (within growthMargin) about one window in six by that count, and
+// two such windows in a row came within most suspect phases. Each
 // calm end let the waiters in, the next phase took all of them in
 // flight as its cap, and the handler's queue grew to the callers'
 // deadlines without an overload ever being declared (busy's
 // overload-spread over TCP: one run in five collapsed so, 0.01-0.08x of
 // capacity in its last second; TestSpreadOverloadIsDeclared: 7 of 16
 // seeds). Over 64 events that open loop's excess (a third of them: 21)
-// is three of its spreads above the margin. A closed loop's is nothing
-// over any span, and a healthy server's random walk looks flat over 64
-// events about as often as over 16. l.mu is held.
+// is two and a half of its spreads above the margin. A closed loop's is
+// nothing over any span, and a healthy server's, with no excess to
+// show, should look flat over 64 events about as often as over 16 (the
+// review grid's healthy closed loops: identical). l.mu is held.
 func (l *Limiter) calmSpanNow() int {
 	var events int64
 	for i := range min(calmSpan, l.histN) {
@@ -354,8 +356,8 @@ func (l *Limiter) whileSuspect(win window) {
 	// and would send what it holds into the hang.
 	span := l.calmSpanNow()
 	flat := l.heldFlat(win.inflight, span)
-	balanced := l.suspectAll >= calmWindows && l.calmOver(false, max(span, rateWindows))
-	if (flat || balanced) && l.servedLately() {
+	balanced := l.calmOver(false, max(span, rateWindows))
+	if l.suspectAll >= calmWindows && (flat || balanced) && l.servedLately() {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
