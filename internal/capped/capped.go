@@ -38,7 +38,17 @@ func (c *Map[K, V]) Add(k K, max int, other V, newV func() V) V {
 	if v, ok := c.Load(k); ok {
 		return v
 	}
+	return c.missed(k, max, other, newV)
+}
+
+// missed is Add for a key its Load did not find. Another Add may have
+// made k's value since, and filled the map with it: the map is final
+// once full, so a second Load is the answer then.
+func (c *Map[K, V]) missed(k K, max int, other V, newV func() V) V {
 	if c.full.Load() {
+		if v, ok := c.Load(k); ok {
+			return v
+		}
 		return other
 	}
 	c.mu.Lock()

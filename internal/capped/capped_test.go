@@ -64,3 +64,17 @@ func TestMapConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// An Add whose first Load missed its key, while another Add made the
+// key's value and so filled the map, gets that value, not other (CI
+// found this interleaving once in TestMapConcurrent).
+func TestMapFilledAfterMiss(t *testing.T) {
+	var m Map[string, *int]
+	v := m.Add("k", 1, nil, func() *int { return new(int) })
+	if got := m.missed("k", 1, nil, func() *int { return new(int) }); got != v {
+		t.Fatalf("missed after the map filled: %v, want %v", got, v)
+	}
+	if got := m.missed("other", 1, nil, func() *int { return new(int) }); got != nil {
+		t.Fatalf("a new key past the cap: %v, want nil", got)
+	}
+}
