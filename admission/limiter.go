@@ -142,6 +142,18 @@ const (
 	spinSeed       = 8
 )
 
+// The answer probe (see startAnswerProbe): within closedMemory windows
+// of a closed loop found, a suspect phase that runs out holds the
+// answers of what it serves for answerHold, a time rather than windows
+// (a caller's round trip and the answers it waits for do not scale with
+// Config.Window), and reads the arrivals of its second half. 80 ms, as
+// an overload's probe at the default window: over TCP, a ramp's
+// arrivals fell to 0.18-0.44 of the rate before during the hold.
+const (
+	closedMemory = 100
+	answerHold   = 80 * time.Millisecond
+)
+
 // ErrInvalidConfig is wrapped by the error New returns for an invalid
 // Config. Check it with errors.Is.
 var ErrInvalidConfig = errors.New("admission: invalid config")
@@ -322,7 +334,11 @@ func (c *Config) resolve() error {
 // are refused (after up to 8 windows: a closed loop that ramps for
 // longer than the suspect phase tells itself apart when refused, and the
 // server is suspect again, its waiters served oldest first; see
-// verdict). While overloaded, the server
+// verdict). Within 100 windows (a second by default) of a closed loop
+// found, a suspect phase that runs out first holds its answers for 80
+// ms (HoldAnswer; where about 800 requests a second or more arrive): a
+// closed loop's arrivals fall by half or more, and the server is
+// suspect again without refusing anyone (see startAnswerProbe). While overloaded, the server
 // expects a new request to need
 //
 //	expected = (in flight + 1) x (time per completion over the last 4 windows)
@@ -416,7 +432,8 @@ type Limiter struct {
 	threshold   [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	baseNow     atomic.Int64                  // nanoseconds: the base the thresholds use
 	lastMean    atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
-	hold        atomic.Pointer[chan struct{}] // while probing: closed when the probe ends
+	hold        atomic.Pointer[chan struct{}] // while an overload's probe runs (probe): closed when it ends
+	answers     atomic.Pointer[chan struct{}] // while an answer probe runs (answerProbe): closed when it ends (see HoldAnswer)
 	least       atomic.Int64                  // the least Measured latency of the window; 0: none
 	judging     atomic.Pointer[judgement]     // followService's judgement; never nil
 	free        atomic.Pointer[freeLatencies] // since the last overload began (freeMean); never nil
@@ -439,19 +456,16 @@ type Limiter struct {
 	histAt     int // index of the next one
 	growthRun  int
 	calmRun    int
-	belowRun   int   // windows in a row in which belowServed held
-	overServed int64 // successes during this overload
-	overDur    int64 // nanoseconds of this overload's windows
-	base       int64 // nanoseconds
-	overSince  int64 // windows since the overload started
-	following  bool  // the base follows the server's latency (followService)
-	followed   int64 // windows it has followed
-	followTo   int64 // nanoseconds: the least latency the judgement saw, which the base follows up to
-	judged     int64 // windows since the judgement started
-	probing    bool
-	probeMid   int64 // offered arrivals at the probe's half-way point
-	probeStart snapshot
-	probeRate  float64             // offered arrivals per nanosecond before the probe
+	belowRun   int                 // windows in a row in which belowServed held
+	overServed int64               // successes during this overload
+	overDur    int64               // nanoseconds of this overload's windows
+	base       int64               // nanoseconds
+	overSince  int64               // windows since the overload started
+	following  bool                // the base follows the server's latency (followService)
+	followed   int64               // windows it has followed
+	followTo   int64               // nanoseconds: the least latency the judgement saw, which the base follows up to
+	judged     int64               // windows since the judgement started
+	probe      pause               // an overload's: its refusals held (hold)
 	spinBefore float64             // offered arrivals per nanosecond before the overload
 	spinAt     int64               // when the overload began
 	spinFrom   int64               // offered arrivals then
@@ -472,6 +486,13 @@ type Limiter struct {
 	perFull     int64
 	suspDone    int64
 	suspOffered int64
+	// The answer probe of a suspect phase that ran out (see
+	// startAnswerProbe; its answers held: answers), and whether this
+	// phase's found no closed loop.
+	answerProbe pause
+	answerTried bool
+	calmAfter   int64 // windows of the suspect phase before its tests of calm count (calmWindows; more after an answer probe)
+	closedAt    int64 // when a verdict or an answer probe last found a closed loop; 0: none since one found an open loop
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -802,8 +823,12 @@ func (l *Limiter) trialServed() {
 
 // holdRefusal waits, while a probe runs, until it ends or ctx does, so
 // that a closed loop's callers pause (see Limiter).
-func (l *Limiter) holdRefusal(ctx context.Context) {
-	h := l.hold.Load()
+func (l *Limiter) holdRefusal(ctx context.Context) { awaitHold(ctx, &l.hold) }
+
+// awaitHold waits until the channel in hold is closed or ctx is done;
+// with none there, it returns at once.
+func awaitHold(ctx context.Context, hold *atomic.Pointer[chan struct{}]) {
+	h := hold.Load()
 	if h == nil {
 		return
 	}
@@ -886,7 +911,8 @@ type Permit struct {
 func (p Permit) Trial() bool { return p.trial }
 
 // Release ends the request: it frees its slot and counts it as Outcome
-// o. Call it exactly once per admitted request.
+// o. Call it exactly once per admitted request, and HoldAnswer after
+// it when an answer goes out (not for a request whose caller left).
 func (p Permit) Release(o Outcome) {
 	l := p.l
 	if l == nil {
@@ -1309,7 +1335,7 @@ func (l *Limiter) whileOverloaded(win window, at int64) {
 		l.endOverload()
 		return
 	}
-	if !l.probing && l.overSince%probeEvery == 0 {
+	if !l.probe.on && l.overSince%probeEvery == 0 {
 		l.startProbe(at)
 	}
 }
@@ -1689,12 +1715,7 @@ func (l *Limiter) endOverload() {
 	}
 	l.setThresholds()
 	l.growthRun, l.calmRun, l.belowRun, l.overServed, l.overDur = 0, 0, 0, 0, 0
-	if l.probing {
-		l.probing = false
-		if h := l.hold.Swap(nil); h != nil {
-			close(*h)
-		}
-	}
+	l.probe.stop(&l.hold)
 }
 
 // startProbe starts a probe: refusals are held for probeWindows windows,
@@ -1705,44 +1726,85 @@ func (l *Limiter) startProbe(at int64) {
 	if rate == 0 {
 		return
 	}
-	l.probing = true
-	l.probeRate = rate
-	h := make(chan struct{})
-	l.hold.Store(&h)
 	// Each half lasts a window, or long enough to expect probeArrivals
 	// arrivals at the rate of before, so that a fall by half is not
 	// chance (at 32 expected, fewer than 16 come about once in a
 	// thousand probes).
-	half := max(time.Duration(probeWindows*l.cfg.Window/2), time.Duration(probeArrivals/l.probeRate))
+	half := max(time.Duration(probeWindows*l.cfg.Window/2), time.Duration(probeArrivals/rate))
 	half = min(half, MaxWindow)
-	l.afterFunc(half, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.probing && l.hold.Load() == &h {
-			l.probeStart = l.counters()
-			l.probeMid = l.now()
-		}
-	})
-	l.afterFunc(2*half, func() { l.endProbe(&h) })
+	l.probe.begin(l, &l.hold, rate, half, l.endProbe)
 }
 
 // endProbe ends the probe that holds h: a closed loop ends the overload.
 func (l *Limiter) endProbe(h *chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.probing || l.hold.Load() != h {
-		return
-	}
-	at := l.now()
-	c := l.counters()
-	offered := (c.arrived + c.refused) - (l.probeStart.arrived + l.probeStart.refused)
-	dur := at - l.probeMid
-	l.probing = false
-	l.hold.Store(nil)
-	close(*h)
-	if dur > 0 && float64(offered)/float64(dur) < closedRatio*l.probeRate {
+	if fell, ok := l.probe.end(l, &l.hold, h); ok && fell {
 		// The callers paused when their refusals did: a closed loop.
 		l.endOverload()
+	}
+}
+
+// pause is a probe that tells a closed loop of callers from an open one
+// without refusing more: what the callers wait for (an overload's
+// refusals, a suspect phase's answers) is held, on a channel in hold,
+// and the offered arrivals of its second half are compared with the
+// rate before. A closed loop's callers send again only once answered:
+// their arrivals fall; an open loop's do not. Guarded by l.mu.
+type pause struct {
+	on    bool
+	rate  float64  // offered arrivals per nanosecond before it
+	mid   int64    // when its second half began; 0: not yet
+	start snapshot // the counters then
+}
+
+// begin starts p, holding on a channel stored in hold, with offered
+// arrivals at rate before it: half-way after half, and end is called
+// after 2 x half with that channel. l.mu is held.
+func (p *pause) begin(l *Limiter, hold *atomic.Pointer[chan struct{}], rate float64, half time.Duration, end func(*chan struct{})) {
+	p.on, p.rate, p.mid = true, rate, 0
+	h := make(chan struct{})
+	hold.Store(&h)
+	l.afterFunc(half, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if p.holds(hold, &h) {
+			p.start = l.counters()
+			p.mid = l.now()
+		}
+	})
+	l.afterFunc(2*half, func() { end(&h) })
+}
+
+// holds reports whether p runs, holding h. l.mu is held.
+func (p *pause) holds(hold *atomic.Pointer[chan struct{}], h *chan struct{}) bool {
+	return p.on && hold.Load() == h
+}
+
+// end ends p if it runs holding h (ok), and reports whether the offered
+// arrivals since its half-way point came at less than closedRatio times
+// the rate before it (fell; not without a half-way point). l.mu is
+// held.
+func (p *pause) end(l *Limiter, hold *atomic.Pointer[chan struct{}], h *chan struct{}) (fell, ok bool) {
+	if !p.holds(hold, h) {
+		return false, false
+	}
+	c := l.counters()
+	offered := (c.arrived + c.refused) - (p.start.arrived + p.start.refused)
+	dur := l.now() - p.mid
+	fell = p.mid > 0 && dur > 0 && float64(offered)/float64(dur) < closedRatio*p.rate
+	p.stop(hold)
+	return fell, true
+}
+
+// stop ends p, if it runs: what hold holds goes. l.mu is held.
+func (p *pause) stop(hold *atomic.Pointer[chan struct{}]) {
+	if !p.on {
+		return
+	}
+	p.on, p.mid = false, 0
+	if h := hold.Swap(nil); h != nil {
+		close(*h)
 	}
 }
 

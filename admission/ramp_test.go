@@ -1,7 +1,9 @@
 package admission
 
 import (
+	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -210,5 +212,104 @@ func TestSlowSpinRampBarelyRefused(t *testing.T) {
 		if served < 3800 { // 800/s for 4.5 s after the warm-up's 0.5 s
 			t.Errorf("refusals answered in %v: %d served, want at least 3 800", rtt, served)
 		}
+	}
+}
+
+// A ramp that outlasts several suspect phases (ghz adding 8 callers
+// every 25 ms up to 512 or 1 024) meets one verdict, not one a phase:
+// each phase it outlasted became an overload whose verdict refused the
+// spin of its callers before it read the closed loop again (a pool of 4
+// x 5 ms, 512 callers over 1.6 s: five overloads, 335 refusals; over
+// TCP 379-384 refusals, at 1 024 callers 748-767). Once a verdict has
+// found a closed loop, a phase that runs out holds its answers instead
+// (startAnswerProbe): the ramp's arrivals fall to its new callers, and
+// the server is suspect again, refusing no one.
+func TestRampJudgedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		workers int
+		service time.Duration
+		callers int
+		ramp    time.Duration
+	}{
+		{4, 5 * time.Millisecond, 512, 1600 * time.Millisecond},
+		{4, 5 * time.Millisecond, 1024, 3100 * time.Millisecond},
+		{64, 20 * time.Millisecond, 1024, 1600 * time.Millisecond},
+	} {
+		name := fmt.Sprintf("%dx%v, %d callers over %v", tc.workers, tc.service, tc.callers, tc.ramp)
+		s := newSim(t, Config{}, tc.workers, tc.service, 1)
+		s.late = true
+		s.closedRamp(tc.workers/2+1, 0, 0, 6*time.Second, 0) // the warm-up
+		s.run(500 * time.Millisecond)
+		s.closedRamp(tc.callers, 500*time.Millisecond, tc.ramp, 6*time.Second, 0)
+		s.run(6 * time.Second)
+		// Each overload's refusals come within milliseconds of its
+		// start (the callers' spin until the verdict): count the bursts.
+		var at []time.Duration
+		for _, r := range s.results {
+			if r.refused {
+				at = append(at, r.at)
+			}
+		}
+		slices.Sort(at)
+		bursts := 0
+		for i := range at {
+			if i == 0 || at[i]-at[i-1] > 100*time.Millisecond {
+				bursts++
+			}
+		}
+		refused, served, p99 := s.in(0, 6*time.Second)
+		t.Logf("%s: %d bursts of refusals, %d refused, %d served, p99 %v", name, bursts, refused, served, p99)
+		if bursts > 1 {
+			t.Errorf("%s: %d bursts of refusals (overloads), want at most 1", name, bursts)
+		}
+	}
+}
+
+// HoldAnswer returns at once, except while an answer probe holds the
+// answers: then when the probe ends, or when its context is done.
+func TestHoldAnswerHoldsDuringAnAnswerProbe(t *testing.T) {
+	s := newSim(t, Config{}, 4, 5*time.Millisecond, 1)
+	s.late = true
+	s.closedRamp(3, 0, 0, 6*time.Second, 0) // the warm-up
+	s.run(500 * time.Millisecond)
+	s.l.HoldAnswer(context.Background()) // no probe: at once
+	s.closedRamp(512, 500*time.Millisecond, 1600*time.Millisecond, 6*time.Second, 0)
+	d := 500 * time.Millisecond
+	for ; d < 3*time.Second && !s.l.answerProbe.on; d += time.Millisecond {
+		s.run(d)
+	}
+	if !s.l.answerProbe.on {
+		t.Fatal("no answer probe within the ramp: the test shows nothing")
+	}
+	// The fake clock stands still: a hold ends only with its caller's
+	// context (here a real 20 ms), or with the probe.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		s.l.HoldAnswer(ctx)
+	}()
+	select {
+	case <-left:
+	case <-time.After(10 * time.Second):
+		t.Fatal("HoldAnswer still waits after its context ended")
+	}
+	if ctx.Err() == nil {
+		t.Fatal("HoldAnswer returned during the probe, before its context ended")
+	}
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		s.l.HoldAnswer(context.Background())
+	}()
+	s.run(d + answerHold)
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("HoldAnswer still waits after the probe's end")
+	}
+	if s.l.answerProbe.on {
+		t.Fatal("the probe still runs after its hold")
 	}
 }

@@ -88,11 +88,19 @@ type simReq struct {
 	// With sim.leave: waiting is true during the wait before a worker,
 	// queued while it waits for a worker, left once its caller left.
 	waiting, queued, left, done bool
+	// held: served, its answer held by an answer probe (see heldReq).
+	held bool
 }
 
 type heldReq struct {
 	h      *chan struct{}
 	caller int
+	// answer: a served request's answer, held by an answer probe
+	// (HoldAnswer), recorded when it goes out, unless its caller left
+	// meanwhile (req.left: then its deadline's error); req is that
+	// request.
+	answer *simResult
+	req    *simReq
 }
 
 // parkedReq is a request waiting in the limiter while the server is
@@ -256,6 +264,16 @@ func (s *sim) release() {
 	for _, h := range s.held {
 		select {
 		case <-*h.h:
+			if h.req != nil && h.req.left {
+				continue // its caller left at its deadline during the hold
+			}
+			if h.answer != nil {
+				h.answer.latency = s.el - h.answer.at
+				s.results = append(s.results, *h.answer)
+			}
+			if h.req != nil {
+				h.req.held = false
+			}
 			s.answered(h.caller)
 		default:
 			kept = append(kept, h)
@@ -303,7 +321,7 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 		s.results = append(s.results, simResult{at: arrived, refused: true, deadline: err == ErrDeadline, class: class})
 		s.refusedBy(caller)
 		if h := s.l.hold.Load(); h != nil && caller >= 0 {
-			s.held = append(s.held, heldReq{h, caller})
+			s.held = append(s.held, heldReq{h: h, caller: caller})
 			return
 		}
 		s.answered(caller)
@@ -318,7 +336,7 @@ func (s *sim) admitted(p Permit, caller int, class Class, arrived time.Duration,
 	r := &simReq{arrived: arrived, permit: p, caller: caller, class: class, dl: dl}
 	if s.leave && !dl.IsZero() {
 		s.at(s.el+max(dl.Sub(s.clk.Now()), 0), func() {
-			if r.done {
+			if r.done && !r.held {
 				return // answered in time
 			}
 			if r.left = true; r.waiting || r.queued {
@@ -363,18 +381,25 @@ func (s *sim) start(r *simReq) {
 	s.at(s.el+d, func() {
 		s.busy--
 		r.done = true
+		o := Measured
 		switch {
 		case r.fail && s.failAs != nil:
-			r.permit.Release(s.failAs(d))
+			o = s.failAs(d)
 		case r.fail:
-			r.permit.Release(Failed)
+			o = Failed
 		case r.left || s.late && !r.dl.IsZero() && !s.clk.Now().Before(r.dl):
-			r.permit.Release(Abandoned)
-		default:
-			r.permit.Release(Measured)
+			o = Abandoned
 		}
-		if !r.left {
-			s.results = append(s.results, simResult{at: r.arrived, latency: s.el - r.arrived, class: r.class})
+		r.permit.Release(o)
+		res := simResult{at: r.arrived, latency: s.el - r.arrived, class: r.class}
+		// An answer an answer probe holds, as the interceptor holds it
+		// (HoldAnswer: not for a caller that left).
+		h := s.l.answers.Load()
+		if o == Abandoned {
+			h = nil
+		}
+		if !r.left && h == nil {
+			s.results = append(s.results, res)
 		}
 		for len(s.queue) > 0 {
 			next := s.queue[0]
@@ -384,7 +409,12 @@ func (s *sim) start(r *simReq) {
 				break
 			}
 		}
-		if !r.left {
+		switch {
+		case r.left:
+		case h != nil:
+			r.held = true
+			s.held = append(s.held, heldReq{h: h, caller: r.caller, answer: &res, req: r})
+		default:
 			s.answered(r.caller)
 		}
 	})

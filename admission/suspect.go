@@ -123,8 +123,96 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.suspSum.Store(0)
 	l.suspN.Store(0)
 	l.roomSeen.Store(false)
+	l.answerTried = false
+	l.calmAfter = calmWindows
 	l.suspect.Store(true)
 }
+
+// startAnswerProbe starts the answer probe of a suspect phase that ran
+// out within closedMemory windows of a closed loop found (a verdict, or
+// an answer probe): the answers to the requests it serves are held for
+// answerHold (HoldAnswer), and the offered arrivals of the second half
+// compared with those before, as an overload's probe does with its
+// refusals; not where fewer than probeArrivals are expected in that
+// half. A closed loop's callers send again only when answered: their
+// arrivals fall to what is new (a ramp's next callers), and the server
+// is suspect again, with no refusal (endAnswerProbe). An open loop's go
+// on: the phase ends in an overload at its next window, as it would have
+// without the probe, a probe's length later. It reports whether the probe
+// started: not with too few arrivals to compare, nor where the callers
+// waiting could not be served within their deadlines. l.mu is held.
+//
+// Without it, every suspect phase that a load test's ramp outlasted (ghz
+// adding 8 callers every 25 ms up to 512 or 1 024) became an overload,
+// whose verdict refused its callers until their spin showed a closed
+// loop: a pool of 4 x 5 ms meeting 512 callers over 1.6 s, five
+// overloads and 335 refusals; over TCP 379-384 refusals, 748-767 at
+// 1 024 callers.
+func (l *Limiter) startAnswerProbe() bool {
+	const half = answerHold / 2
+	rate := l.offeredRate(rateWindows)
+	if rate*float64(half) < probeArrivals {
+		return false // too few arrivals to tell by in half the hold: a verdict tells
+	}
+	// Nor where what the server holds would not be served within the
+	// least of the waiting callers' deadlines (Little's law, as in
+	// heldFlat): those callers gain nothing by waiting on, and the
+	// verdict's refusals send them again sooner, with a deadline anew
+	// (the review grid's ramps whose 100 ms deadlines are shorter than
+	// their queue: 1.8 % fewer served in time with the probe there).
+	l.sq.mu.Lock()
+	live, budget := l.sq.liveBudget()
+	l.sq.mu.Unlock()
+	if per := l.perDone.Load(); budget > 0 && (per == 0 || (l.inflight.Load()+live)*per > budget) {
+		return false
+	}
+	l.answerProbe.begin(l, &l.answers, rate, half, l.endAnswerProbe)
+	return true
+}
+
+// endAnswerProbe ends the answer probe that holds h: the answers go out,
+// and a closed loop (its arrivals fell below half their rate) makes the
+// server suspect again, its waiters served oldest first, as a verdict
+// that found one does. Its timer calls it; l.mu is not held.
+func (l *Limiter) endAnswerProbe(h *chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fell, ok := l.answerProbe.end(l, &l.answers, h)
+	if !ok {
+		return
+	}
+	if !fell {
+		l.answerTried = true
+		return
+	}
+	l.sq.mu.Lock()
+	l.sq.fifo = true
+	l.sq.mu.Unlock()
+	l.becomeSuspect(window{inflight: l.inflight.Load()}, l.perDone.Load())
+	// The probe's windows, whose arrivals fell by its hold, are no
+	// calm: the tests of calm begin past them.
+	l.calmAfter = calmSpan + 1
+	l.dispatchSuspect()
+	l.closedAt = l.now()
+}
+
+// closedLately reports whether a verdict or an answer probe found a
+// closed loop within the last closedMemory windows. l.mu is held.
+func (l *Limiter) closedLately() bool {
+	return l.closedAt > 0 && l.now()-l.closedAt <= closedMemory*int64(l.cfg.Window)
+}
+
+// HoldAnswer waits, while the limiter holds the answers of the requests
+// it admitted to tell a closed loop of callers from an open one, until
+// that ends or ctx is done; else it returns at once. Call it after
+// Permit.Release, before answering: the interceptor does. A hold lasts
+// 80 ms at most, once per suspect phase that runs out within 100
+// windows (a second by default) of a closed loop of callers found (a
+// load test still ramping its callers up); a caller of Release that
+// does not call it only makes the limiter take such a closed loop for
+// an open one, and refuse what a verdict needs to tell them apart, as
+// before there was a hold.
+func (l *Limiter) HoldAnswer(ctx context.Context) { awaitHold(ctx, &l.answers) }
 
 // suspectLength returns how many windows without growth the server may
 // stay suspect, with per nanoseconds per completion: suspectWindows, or
@@ -357,7 +445,7 @@ func (l *Limiter) whileSuspect(win window) {
 	span := l.calmSpanNow()
 	flat := l.heldFlat(win.inflight, span)
 	balanced := l.calmOver(false, max(span, rateWindows))
-	if l.suspectAll >= calmWindows && (flat || balanced) && l.servedLately() {
+	if l.suspectAll >= l.calmAfter && !l.answerProbe.on && (flat || balanced) && l.servedLately() {
 		l.calmRun++
 	} else {
 		l.calmRun = 0
@@ -385,6 +473,10 @@ func (l *Limiter) whileSuspect(win window) {
 	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}
+	if !full && (l.answerProbe.on || l.closedLately() && !l.answerTried && l.startAnswerProbe()) {
+		return
+	}
+	l.answerProbe.stop(&l.answers)
 	l.mdl.reset(l.winStart)
 	c := l.counters()
 	l.spinBefore = l.offeredRate(rateWindows)
@@ -462,6 +554,10 @@ func (l *Limiter) verdict(final bool) bool {
 	}
 	l.pending = false
 	l.spinCheck.Store(0)
+	l.closedAt = 0
+	if closed {
+		l.closedAt = l.now()
+	}
 	if !closed {
 		l.releaseSuspect(false)
 		return true
@@ -511,6 +607,7 @@ func (l *Limiter) spinEarly() {
 // waiting goes in. l.mu is held.
 func (l *Limiter) endSuspect() {
 	l.suspect.Store(false)
+	l.answerProbe.stop(&l.answers)
 	l.growthRun, l.calmRun = 0, 0
 	l.releaseSuspect(true)
 }

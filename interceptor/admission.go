@@ -161,18 +161,33 @@ func (g *admissionGuard) limiter() *admission.Limiter { return (*admission.Limit
 // callers timed out: read as successes, its slow answers made it look
 // busy but useful, and the limiter kept the queue its callers had given
 // up on.
+//
+// A unary call's answer then waits while the limiter holds its answers
+// (admission.Limiter.HoldAnswer: at most 80 ms, once per suspect phase
+// that runs out within 100 windows of a closed loop of callers found),
+// so that a load test ramping its callers up is told from an open-loop
+// overload without refusing any of them. A stream, whose slot was
+// given back when it began, and a handler that panicked are not held.
 func (g *admissionGuard) done(_ *server, sc *stateCtx, err error) {
 	p := sc.st.permit
+	if p == (admission.Permit{}) {
+		return // a stream's: released at its start
+	}
 	sc.st.permit = admission.Permit{}
 	switch {
 	case err == errNotRun:
 		p.Release(admission.Ignored)
+		return
 	case sc.Err() != nil || status.Code(err) == codes.DeadlineExceeded:
 		p.Release(admission.Abandoned)
+		return
 	case err == nil:
 		p.Release(admission.Measured)
 	default:
 		p.Release(admission.Failed)
+	}
+	if err != errPanicked {
+		g.limiter().HoldAnswer(sc)
 	}
 }
 
