@@ -337,7 +337,7 @@ func (c *Config) resolve() error {
 // verdict). Within 100 windows (a second by default) of a closed loop
 // found, a suspect phase that runs out first holds its answers for 80
 // ms (HoldAnswer; where about 800 requests a second or more arrive): a
-// closed loop's arrivals fall by half or more, and the server is
+// closed loop's arrivals fall below half their rate, and the server is
 // suspect again without refusing anyone (see startAnswerProbe). While overloaded, the server
 // expects a new request to need
 //
@@ -492,7 +492,7 @@ type Limiter struct {
 	answerProbe pause
 	answerTried bool
 	calmAfter   int64 // windows of the suspect phase before its tests of calm count (calmWindows; more after an answer probe)
-	closedAt    int64 // when a verdict or an answer probe last found a closed loop; 0: none since one found an open loop
+	closedAt    int64 // when a verdict or an answer probe last found a closed loop; 0: none since a verdict found an open loop
 }
 
 // snapshot is the cumulative counters at one time. arrived counts the
@@ -821,8 +821,8 @@ func (l *Limiter) trialServed() {
 	}
 }
 
-// holdRefusal waits, while a probe runs, until it ends or ctx does, so
-// that a closed loop's callers pause (see Limiter).
+// holdRefusal waits, while an overload's probe runs, until it ends or
+// ctx does, so that a closed loop's callers pause (see Limiter).
 func (l *Limiter) holdRefusal(ctx context.Context) { awaitHold(ctx, &l.hold) }
 
 // awaitHold waits until the channel in hold is closed or ctx is done;
@@ -1753,16 +1753,19 @@ func (l *Limiter) endProbe(h *chan struct{}) {
 // their arrivals fall; an open loop's do not. Guarded by l.mu.
 type pause struct {
 	on    bool
-	rate  float64  // offered arrivals per nanosecond before it
-	mid   int64    // when its second half began; 0: not yet
-	start snapshot // the counters then
+	rate  float64       // offered arrivals per nanosecond before it
+	half  time.Duration // the length of each half
+	mid   int64         // when its second half began; 0: not yet
+	start snapshot      // the counters then
 }
 
-// begin starts p, holding on a channel stored in hold, with offered
-// arrivals at rate before it: half-way after half, and end is called
-// after 2 x half with that channel. l.mu is held.
+// begin starts p (ending the run before, if one is on), holding on a
+// channel stored in hold, with offered arrivals at rate before it:
+// half-way after half, and end is called after 2 x half with that
+// channel, without l.mu (it takes it). l.mu is held.
 func (p *pause) begin(l *Limiter, hold *atomic.Pointer[chan struct{}], rate float64, half time.Duration, end func(*chan struct{})) {
-	p.on, p.rate, p.mid = true, rate, 0
+	p.stop(hold)
+	p.on, p.rate, p.half, p.mid = true, rate, half, 0
 	h := make(chan struct{})
 	hold.Store(&h)
 	l.afterFunc(half, func() {
@@ -1783,8 +1786,10 @@ func (p *pause) holds(hold *atomic.Pointer[chan struct{}], h *chan struct{}) boo
 
 // end ends p if it runs holding h (ok), and reports whether the offered
 // arrivals since its half-way point came at less than closedRatio times
-// the rate before it (fell; not without a half-way point). l.mu is
-// held.
+// the rate before it (fell). Not without a half-way point, nor over a
+// second half shorter than half what it should be: a process that
+// stalled past both timers runs them in either order, or microseconds
+// apart, and nothing arrives between. l.mu is held.
 func (p *pause) end(l *Limiter, hold *atomic.Pointer[chan struct{}], h *chan struct{}) (fell, ok bool) {
 	if !p.holds(hold, h) {
 		return false, false
@@ -1792,12 +1797,13 @@ func (p *pause) end(l *Limiter, hold *atomic.Pointer[chan struct{}], h *chan str
 	c := l.counters()
 	offered := (c.arrived + c.refused) - (p.start.arrived + p.start.refused)
 	dur := l.now() - p.mid
-	fell = p.mid > 0 && dur > 0 && float64(offered)/float64(dur) < closedRatio*p.rate
+	fell = p.mid > 0 && dur >= int64(p.half)/2 && float64(offered)/float64(dur) < closedRatio*p.rate
 	p.stop(hold)
 	return fell, true
 }
 
-// stop ends p, if it runs: what hold holds goes. l.mu is held.
+// stop ends p, if it runs: the channel in hold is cleared and closed,
+// and whoever waits on it goes on. l.mu is held.
 func (p *pause) stop(hold *atomic.Pointer[chan struct{}]) {
 	if !p.on {
 		return
