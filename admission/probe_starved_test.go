@@ -57,3 +57,39 @@ func starvedOverload(t *testing.T, seed uint64, every, gap, end time.Duration) *
 	s.open(2*capacity, time.Second, end, time.Second)
 	return s
 }
+
+// A process that stalled past both of a probe's timers may run its end
+// first, or the two microseconds apart: the probe then decides nothing
+// (before, it judged the arrivals since the limiter was made, or over
+// microseconds in which nothing arrived, and could end a real
+// overload).
+func TestProbeAfterAStallDecidesNothing(t *testing.T) {
+	const half = 40 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		first time.Duration // advanced before the end runs
+	}{
+		{"end before the half-way point", half / 2},
+		{"end microseconds after it", half + time.Microsecond},
+	} {
+		clk := newTimerClock()
+		l, err := New(Config{Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.mu.Lock()
+		l.probe.begin(l, &l.hold, 1e-6, half, func(*chan struct{}) {}) // 1 000 a second before it
+		h := l.hold.Load()
+		l.mu.Unlock()
+		clk.Advance(tc.first)
+		l.mu.Lock()
+		fell, ok := l.probe.end(l, &l.hold, h)
+		l.mu.Unlock()
+		if !ok || fell {
+			t.Errorf("%s: ok %v, fell %v; want the probe ended, nothing decided", tc.name, ok, fell)
+		}
+		if l.hold.Load() != nil || !isClosed(*h) {
+			t.Errorf("%s: the hold is still there", tc.name)
+		}
+	}
+}
