@@ -28,6 +28,9 @@ func Example() {
 	fmt.Println("in flight:", l.InFlight(), "overloaded:", l.Overloaded())
 	for _, p := range permits {
 		p.Release(admission.Measured)
+		// Before the answer goes out: returns at once unless the limiter
+		// holds its answers to tell a load test's ramp from an overload.
+		l.HoldAnswer(context.Background())
 	}
 	fmt.Println("in flight:", l.InFlight())
 	// Output:
