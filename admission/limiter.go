@@ -338,8 +338,8 @@ func (c *Config) resolve() error {
 // found, a suspect phase that runs out first holds its answers for 80
 // ms (HoldAnswer; where about 800 requests a second or more arrive): a
 // closed loop's arrivals fall below half their rate, and the server is
-// suspect again without refusing anyone (see startAnswerProbe). While overloaded, the server
-// expects a new request to need
+// suspect again without refusing anyone (see startAnswerProbe). While
+// overloaded, the server expects a new request to need
 //
 //	expected = (in flight + 1) x (time per completion over the last 4 windows)
 //
@@ -432,8 +432,6 @@ type Limiter struct {
 	threshold   [numClasses]atomic.Int64      // nanoseconds: base + Target x share
 	baseNow     atomic.Int64                  // nanoseconds: the base the thresholds use
 	lastMean    atomic.Int64                  // nanoseconds: the mean latency of the last window with minSamples successes, or a later window's least if longer
-	hold        atomic.Pointer[chan struct{}] // while an overload's probe runs (probe): closed when it ends
-	answers     atomic.Pointer[chan struct{}] // while an answer probe runs (answerProbe): closed when it ends (see HoldAnswer)
 	least       atomic.Int64                  // the least Measured latency of the window; 0: none
 	judging     atomic.Pointer[judgement]     // followService's judgement; never nil
 	free        atomic.Pointer[freeLatencies] // since the last overload began (freeMean); never nil
@@ -465,7 +463,7 @@ type Limiter struct {
 	followed   int64               // windows it has followed
 	followTo   int64               // nanoseconds: the least latency the judgement saw, which the base follows up to
 	judged     int64               // windows since the judgement started
-	probe      pause               // an overload's: its refusals held (hold)
+	probe      pause               // an overload's: its refusals held (holdRefusal)
 	spinBefore float64             // offered arrivals per nanosecond before the overload
 	spinAt     int64               // when the overload began
 	spinFrom   int64               // offered arrivals then
@@ -487,7 +485,7 @@ type Limiter struct {
 	suspDone    int64
 	suspOffered int64
 	// The answer probe of a suspect phase that ran out (see
-	// startAnswerProbe; its answers held: answers), and whether this
+	// startAnswerProbe; its answers held: HoldAnswer), and whether this
 	// phase's found no closed loop.
 	answerProbe pause
 	answerTried bool
@@ -823,12 +821,12 @@ func (l *Limiter) trialServed() {
 
 // holdRefusal waits, while an overload's probe runs, until it ends or
 // ctx does, so that a closed loop's callers pause (see Limiter).
-func (l *Limiter) holdRefusal(ctx context.Context) { awaitHold(ctx, &l.hold) }
+func (l *Limiter) holdRefusal(ctx context.Context) { l.probe.await(ctx) }
 
-// awaitHold waits until the channel in hold is closed or ctx is done;
-// with none there, it returns at once.
-func awaitHold(ctx context.Context, hold *atomic.Pointer[chan struct{}]) {
-	h := hold.Load()
+// await waits, while p holds, until it ends or ctx is done; else it
+// returns at once. It takes no lock.
+func (p *pause) await(ctx context.Context) {
+	h := p.hold.Load()
 	if h == nil {
 		return
 	}
@@ -1715,7 +1713,7 @@ func (l *Limiter) endOverload() {
 	}
 	l.setThresholds()
 	l.growthRun, l.calmRun, l.belowRun, l.overServed, l.overDur = 0, 0, 0, 0, 0
-	l.probe.stop(&l.hold)
+	l.probe.stop()
 }
 
 // startProbe starts a probe: refusals are held for probeWindows windows,
@@ -1732,14 +1730,14 @@ func (l *Limiter) startProbe(at int64) {
 	// thousand probes).
 	half := max(time.Duration(probeWindows*l.cfg.Window/2), time.Duration(probeArrivals/rate))
 	half = min(half, MaxWindow)
-	l.probe.begin(l, &l.hold, rate, half, l.endProbe)
+	l.probe.begin(l, rate, half, l.endProbe)
 }
 
 // endProbe ends the probe that holds h: a closed loop ends the overload.
 func (l *Limiter) endProbe(h *chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if fell, ok := l.probe.end(l, &l.hold, h); ok && fell {
+	if fell, ok := l.probe.end(l, h); ok && fell {
 		// The callers paused when their refusals did: a closed loop.
 		l.endOverload()
 	}
@@ -1747,11 +1745,13 @@ func (l *Limiter) endProbe(h *chan struct{}) {
 
 // pause is a probe that tells a closed loop of callers from an open one
 // without refusing more: what the callers wait for (an overload's
-// refusals, a suspect phase's answers) is held, on a channel in hold,
-// and the offered arrivals of its second half are compared with the
-// rate before. A closed loop's callers send again only once answered:
-// their arrivals fall; an open loop's do not. Guarded by l.mu.
+// refusals, a suspect phase's answers) waits on the channel in hold
+// (await), and the offered arrivals of its second half are compared
+// with the rate before. A closed loop's callers send again only once
+// answered: their arrivals fall; an open loop's do not. Guarded by
+// l.mu, but for hold.
 type pause struct {
+	hold  atomic.Pointer[chan struct{}] // while it runs: closed when it ends
 	on    bool
 	rate  float64       // offered arrivals per nanosecond before it
 	half  time.Duration // the length of each half
@@ -1759,19 +1759,19 @@ type pause struct {
 	start snapshot      // the counters then
 }
 
-// begin starts p (ending the run before, if one is on), holding on a
-// channel stored in hold, with offered arrivals at rate before it:
-// half-way after half, and end is called after 2 x half with that
-// channel, without l.mu (it takes it). l.mu is held.
-func (p *pause) begin(l *Limiter, hold *atomic.Pointer[chan struct{}], rate float64, half time.Duration, end func(*chan struct{})) {
-	p.stop(hold)
+// begin starts p (ending the run before, if one is on), with offered
+// arrivals at rate before it: half-way after half, and end is called
+// after 2 x half with its channel, without l.mu (it takes it). l.mu is
+// held.
+func (p *pause) begin(l *Limiter, rate float64, half time.Duration, end func(*chan struct{})) {
+	p.stop()
 	p.on, p.rate, p.half, p.mid = true, rate, half, 0
 	h := make(chan struct{})
-	hold.Store(&h)
+	p.hold.Store(&h)
 	l.afterFunc(half, func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		if p.holds(hold, &h) {
+		if p.holds(&h) {
 			p.start = l.counters()
 			p.mid = l.now()
 		}
@@ -1780,8 +1780,8 @@ func (p *pause) begin(l *Limiter, hold *atomic.Pointer[chan struct{}], rate floa
 }
 
 // holds reports whether p runs, holding h. l.mu is held.
-func (p *pause) holds(hold *atomic.Pointer[chan struct{}], h *chan struct{}) bool {
-	return p.on && hold.Load() == h
+func (p *pause) holds(h *chan struct{}) bool {
+	return p.on && p.hold.Load() == h
 }
 
 // end ends p if it runs holding h (ok), and reports whether the offered
@@ -1790,26 +1790,26 @@ func (p *pause) holds(hold *atomic.Pointer[chan struct{}], h *chan struct{}) boo
 // second half shorter than half what it should be: a process that
 // stalled past both timers runs them in either order, or microseconds
 // apart, and nothing arrives between. l.mu is held.
-func (p *pause) end(l *Limiter, hold *atomic.Pointer[chan struct{}], h *chan struct{}) (fell, ok bool) {
-	if !p.holds(hold, h) {
+func (p *pause) end(l *Limiter, h *chan struct{}) (fell, ok bool) {
+	if !p.holds(h) {
 		return false, false
 	}
 	c := l.counters()
 	offered := (c.arrived + c.refused) - (p.start.arrived + p.start.refused)
 	dur := l.now() - p.mid
 	fell = p.mid > 0 && dur >= int64(p.half)/2 && float64(offered)/float64(dur) < closedRatio*p.rate
-	p.stop(hold)
+	p.stop()
 	return fell, true
 }
 
-// stop ends p, if it runs: the channel in hold is cleared and closed,
-// and whoever waits on it goes on. l.mu is held.
-func (p *pause) stop(hold *atomic.Pointer[chan struct{}]) {
+// stop ends p, if it runs: its channel is cleared and closed, and
+// whoever waits on it goes on. l.mu is held.
+func (p *pause) stop() {
 	if !p.on {
 		return
 	}
 	p.on, p.mid = false, 0
-	if h := hold.Swap(nil); h != nil {
+	if h := p.hold.Swap(nil); h != nil {
 		close(*h)
 	}
 }

@@ -78,17 +78,17 @@ func TestProbeAfterAStallDecidesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		l.mu.Lock()
-		l.probe.begin(l, &l.hold, 1e-6, half, func(*chan struct{}) {}) // 1 000 a second before it
-		h := l.hold.Load()
+		l.probe.begin(l, 1e-6, half, func(*chan struct{}) {}) // 1 000 a second before it
+		h := l.probe.hold.Load()
 		l.mu.Unlock()
 		clk.Advance(tc.first)
 		l.mu.Lock()
-		fell, ok := l.probe.end(l, &l.hold, h)
+		fell, ok := l.probe.end(l, h)
 		l.mu.Unlock()
 		if !ok || fell {
 			t.Errorf("%s: ok %v, fell %v; want the probe ended, nothing decided", tc.name, ok, fell)
 		}
-		if l.hold.Load() != nil || !isClosed(*h) {
+		if l.probe.hold.Load() != nil || !isClosed(*h) {
 			t.Errorf("%s: the hold is still there", tc.name)
 		}
 	}

@@ -320,7 +320,7 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 	if err != nil {
 		s.results = append(s.results, simResult{at: arrived, refused: true, deadline: err == ErrDeadline, class: class})
 		s.refusedBy(caller)
-		if h := s.l.hold.Load(); h != nil && caller >= 0 {
+		if h := s.l.probe.hold.Load(); h != nil && caller >= 0 {
 			s.held = append(s.held, heldReq{h: h, caller: caller})
 			return
 		}
@@ -394,7 +394,7 @@ func (s *sim) start(r *simReq) {
 		res := simResult{at: r.arrived, latency: s.el - r.arrived, class: r.class}
 		// An answer an answer probe holds, as the interceptor holds it
 		// (HoldAnswer: not for a caller that left).
-		h := s.l.answers.Load()
+		h := s.l.answerProbe.hold.Load()
 		if o == Abandoned {
 			h = nil
 		}

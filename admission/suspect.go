@@ -166,7 +166,7 @@ func (l *Limiter) startAnswerProbe() bool {
 	if per := l.perDone.Load(); budget > 0 && (per == 0 || (l.inflight.Load()+live)*per > budget) {
 		return false
 	}
-	l.answerProbe.begin(l, &l.answers, rate, half, l.endAnswerProbe)
+	l.answerProbe.begin(l, rate, half, l.endAnswerProbe)
 	return true
 }
 
@@ -177,7 +177,7 @@ func (l *Limiter) startAnswerProbe() bool {
 func (l *Limiter) endAnswerProbe(h *chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fell, ok := l.answerProbe.end(l, &l.answers, h)
+	fell, ok := l.answerProbe.end(l, h)
 	if !ok {
 		return
 	}
@@ -212,7 +212,7 @@ func (l *Limiter) closedLately() bool {
 // does not call it only makes the limiter take such a closed loop for
 // an open one, and refuse what a verdict needs to tell them apart, as
 // before there was a hold.
-func (l *Limiter) HoldAnswer(ctx context.Context) { awaitHold(ctx, &l.answers) }
+func (l *Limiter) HoldAnswer(ctx context.Context) { l.answerProbe.await(ctx) }
 
 // suspectLength returns how many windows without growth the server may
 // stay suspect, with per nanoseconds per completion: suspectWindows, or
@@ -476,7 +476,7 @@ func (l *Limiter) whileSuspect(win window) {
 	if !full && (l.answerProbe.on || l.closedLately() && !l.answerTried && l.startAnswerProbe()) {
 		return
 	}
-	l.answerProbe.stop(&l.answers)
+	l.answerProbe.stop()
 	l.mdl.reset(l.winStart)
 	c := l.counters()
 	l.spinBefore = l.offeredRate(rateWindows)
@@ -554,14 +554,12 @@ func (l *Limiter) verdict(final bool) bool {
 	}
 	l.pending = false
 	l.spinCheck.Store(0)
-	l.closedAt = 0
-	if closed {
-		l.closedAt = l.now()
-	}
 	if !closed {
+		l.closedAt = 0
 		l.releaseSuspect(false)
 		return true
 	}
+	l.closedAt = l.now()
 	// A closed loop's callers: the server is suspect again, and they
 	// wait on, oldest first from now on (while the oldest can still be
 	// served in time: see dispatchSuspect). Newest first, the oldest
@@ -607,7 +605,7 @@ func (l *Limiter) spinEarly() {
 // waiting goes in. l.mu is held.
 func (l *Limiter) endSuspect() {
 	l.suspect.Store(false)
-	l.answerProbe.stop(&l.answers)
+	l.answerProbe.stop()
 	l.growthRun, l.calmRun = 0, 0
 	l.releaseSuspect(true)
 }
