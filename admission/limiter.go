@@ -440,6 +440,15 @@ type Limiter struct {
 	mdl         model // checkModel's samples
 	cold        coldStart
 
+	// grewAt: when slower work last grew the suspect cap (0: not in this
+	// phase); of the requests admitted since and served, grewSum and
+	// grewN sum what they took; grewBefore is the phase's mean latency
+	// when it grew (see slowerWork). Guarded by l.mu but the sums.
+	grewAt     atomic.Int64
+	grewSum    atomic.Int64
+	grewN      atomic.Int64
+	grewBefore int64
+
 	trialAt atomic.Int64 // when the last trial went in (see trialDue); nanoseconds since origin
 
 	q  queue
@@ -952,6 +961,10 @@ func (p Permit) Release(o Outcome) {
 				l.suspN.Add(1)
 				if rtt <= l.baseNow.Load() {
 					l.roomSeen.Store(true)
+				}
+				if g := l.grewAt.Load(); g > 0 && p.start >= g {
+					l.grewSum.Add(rtt)
+					l.grewN.Add(1)
 				}
 			}
 			if j := l.judging.Load(); p.start >= j.from {
