@@ -167,6 +167,12 @@ func (c *Chain) FailPayment(ctx context.Context, i int, on bool) (time.Time, err
 	return c.Procs[i].SetFailAll(ctx, on)
 }
 
+// SlowPayment switches the share of payment replica i's requests that
+// are slow (Work.Slow) to share.
+func (c *Chain) SlowPayment(ctx context.Context, i int, share float64) error {
+	return c.Procs[i].SetSlow(ctx, share)
+}
+
 // KillPayment kills payment replica i's process (SIGKILL), waits for
 // its end and returns when it was killed (see Proc.Kill). Its counters and arrivals are read a moment before
 // (what arrives in that moment, well under a millisecond, is not

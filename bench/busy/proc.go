@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -110,6 +111,19 @@ func (p *Proc) SetFailAll(ctx context.Context, on bool) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%s: fail-all %v, asked for %v", p.Name, st.FailAll, on)
 	}
 	return st.At, nil
+}
+
+// SetSlow switches the share of the tier's requests that are slow
+// (Work.Slow) to share, in [0, 1].
+func (p *Proc) SetSlow(ctx context.Context, share float64) error {
+	var st SlowState
+	if err := p.stat(ctx, http.MethodPost, pathSlow+"?share="+strconv.FormatFloat(share, 'g', -1, 64), &st); err != nil {
+		return err
+	}
+	if st.Share != share {
+		return fmt.Errorf("%s: slow %v, asked for %v", p.Name, st.Share, share)
+	}
+	return nil
 }
 
 // statTimeout bounds a request to a tier's stats port.

@@ -2,6 +2,7 @@ package busy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -122,6 +123,25 @@ type Params struct {
 	RampDeadline time.Duration
 	RampSlice    time.Duration
 	RampStacks   []string
+
+	// 8. Slow requests next to fast ones: payment waits MixWork (Wait
+	// for a fast request, about SlowWait for a slow one; no pool: it
+	// never queues), the tiers above wait on it. Open-loop arrivals of
+	// MixFast fast requests a second for MixBefore, MixSlow slow ones a
+	// second on top for MixFor (payment's share of slow requests
+	// switched to MixSlow / (MixFast + MixSlow) meanwhile: a report or
+	// a batch starts), then MixFast again for MixAfter; every request
+	// with MixDeadline; slices of MixSlice. Healthy: every refusal is
+	// one too many.
+	MixWork     Work
+	MixFast     float64
+	MixSlow     float64
+	MixBefore   time.Duration
+	MixFor      time.Duration
+	MixAfter    time.Duration
+	MixDeadline time.Duration
+	MixSlice    time.Duration
+	MixStacks   []string
 }
 
 // CapVariant is one table of scenario 1: payment's random failures and
@@ -248,6 +268,18 @@ var DefaultParams = Params{
 	RampLength:  4 * time.Second,
 	RampSlice:   500 * time.Millisecond,
 	RampStacks:  withStacks(true),
+
+	// The review grid's slow mix (admission/testdata/review): about 40
+	// slow requests in flight, at most 300 ms each.
+	MixWork:     Work{Wait: 4500 * time.Microsecond, SlowWait: 200 * time.Millisecond},
+	MixFast:     50,
+	MixSlow:     192,
+	MixBefore:   2 * time.Second,
+	MixFor:      4 * time.Second,
+	MixAfter:    1500 * time.Millisecond,
+	MixDeadline: 2 * time.Second,
+	MixSlice:    500 * time.Millisecond,
+	MixStacks:   []string{baseline, "recommended", "recommended-health"},
 }
 
 // The descriptions of the outage cases.
@@ -279,7 +311,7 @@ func Quick(p Params) Params {
 }
 
 // Scenarios are the scenario names, for the filter.
-var Scenarios = []string{"capacity", "slow", "replicas", "overload", "overload-cpu", "outage", "overload-spread", "start-spread", "ramp"}
+var Scenarios = []string{"capacity", "slow", "replicas", "overload", "overload-cpu", "outage", "overload-spread", "start-spread", "ramp", "mix"}
 
 // Run runs the scenarios whose name matches only.
 func (h *Harness) Run(ctx context.Context, only *regexp.Regexp) error {
@@ -296,6 +328,7 @@ func (h *Harness) Run(ctx context.Context, only *regexp.Regexp) error {
 		{"overload-spread", func(ctx context.Context) error { return h.overload(ctx, overloadSpread) }},
 		{"start-spread", h.startSpread},
 		{"ramp", h.ramp},
+		{"mix", h.mix},
 	} {
 		if only == nil || only.MatchString(sc.name) {
 			if err := sc.run(ctx); err != nil {
@@ -612,6 +645,71 @@ func (h *Harness) ramp(ctx context.Context) error {
 	t.write(h.Out)
 	n := p.RampCallers[len(p.RampCallers)-1]
 	h.sliceTable(stacks, last, p.RampSlice, 0, fmt.Sprintf("success at %d callers", n), func(sl Slice) string { return pct(sl.Success) })
+	return nil
+}
+
+// mix is scenario 8: a healthy chain whose payment, serving fast
+// requests, is given slow ones as well; nothing is overloaded.
+func (h *Harness) mix(ctx context.Context) error {
+	p := h.Params
+	stacks := h.stacks(p.MixStacks)
+	share := p.MixSlow / (p.MixFast + p.MixSlow)
+	fmt.Fprintf(h.Out, "## 8. Slow requests next to fast ones\n\n"+
+		"Payment waits %v per request (no pool: it never queues), gateway and order wait on it. "+
+		"Open-loop arrivals of %.0f req/s for %v; then %.0f slow requests a second on top for %v "+
+		"(a report, a batch: %.0f %% of payment's requests wait between %v and %v), then %.0f req/s for %v; %s; "+
+		"median of %d interleaved runs. Nothing is overloaded: every refusal is one too many.\n\n",
+		p.MixWork.Wait, p.MixFast, p.MixBefore, p.MixSlow, p.MixFor, 100*share, p.MixWork.SlowWait/2, 3*p.MixWork.SlowWait/2,
+		p.MixFast, p.MixAfter, deadline(p.MixDeadline), h.Runs)
+	spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{p.MixWork}} }
+	phases := []Phase{{Rate: p.MixFast, For: p.MixBefore}, {Rate: p.MixFast + p.MixSlow, For: p.MixFor}, {Rate: p.MixFast, For: p.MixAfter}}
+	d := func(ctx context.Context, c *Chain) (Result, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		switched := make(chan error, 1)
+		go func() {
+			switched <- switchAt(ctx, []time.Duration{p.MixBefore, p.MixBefore + p.MixFor}, []float64{share, 0}, c)
+		}()
+		res, err := OpenLoop(ctx, c.Addr(), phases, p.MixDeadline, h.OpenConns)
+		cancel()
+		return res, errors.Join(err, <-switched)
+	}
+	runs, err := h.runCase(ctx, "mix", stacks, spec, d)
+	if err != nil {
+		return err
+	}
+	from, to := p.MixBefore, p.MixBefore+p.MixFor
+	all := medianFigures(runs, 0, 0)
+	slow := medianFigures(runs, from, to)
+	t := newTable("stack", "success", "success with slow requests", "p99 of successes", "p99 with slow requests", "refusals", "downs", "calls at payment / request")
+	for _, s := range stacks {
+		f := all[s]
+		t.row(s, pct2(f.Success), pct2(slow[s].Success), ms(f.P99OK), ms(slow[s].P99OK), refusals(f), downs(f), fmt.Sprintf("%.3f", f.PaymentPerRequest))
+	}
+	t.write(h.Out)
+	h.sliceTable(stacks, medianSlicesOf(runs, p.MixSlice), p.MixSlice, 0, "success and p99 of successes", func(sl Slice) string {
+		return fmt.Sprintf("%s, %s", pct(sl.Success), ms(sl.P99OK))
+	})
+	return nil
+}
+
+// switchAt switches payment's share of slow requests to shares[i] at
+// each of at[i] from its call, in order; it returns at the last switch,
+// or when ctx ends (nil then: the load ended first).
+func switchAt(ctx context.Context, at []time.Duration, shares []float64, c *Chain) error {
+	t0 := time.Now()
+	for i, d := range at {
+		t := time.NewTimer(d - time.Since(t0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		if err := c.SlowPayment(ctx, 0, shares[i]); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -324,6 +324,7 @@ const (
 	pathCounts   = "/counts"
 	pathArrivals = "/arrivals"
 	pathFailAll  = "/fail-all"
+	pathSlow     = "/slow"
 )
 
 // FailAllState is the answer of a tier's POST /fail-all: its state and
@@ -333,11 +334,18 @@ type FailAllState struct {
 	At      time.Time `json:"at"`
 }
 
+// SlowState is the answer of a tier's POST /slow: the share of slow
+// requests it switched to (Work.Slow).
+type SlowState struct {
+	Share float64 `json:"share"`
+}
+
 // serveStats serves t's stats port on addr: GET /counts (Counts, JSON),
-// GET /arrivals (Arrivals, JSON) and POST /fail-all?on=1 (on=0 ends it:
+// GET /arrivals (Arrivals, JSON), POST /fail-all?on=1 (on=0 ends it:
 // the tier answers every request UNAVAILABLE meanwhile, as with
-// --fail-all; the answer is a FailAllState). It returns its stop
-// function and the counts URL.
+// --fail-all; the answer is a FailAllState) and POST /slow?share=p (the
+// share of slow requests, Work.Slow; the answer is a SlowState). It
+// returns its stop function and the counts URL.
 func serveStats(addr string, t *tier) (stop func(), url string, err error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -359,6 +367,16 @@ func serveStats(addr string, t *tier) (stop func(), url string, err error) {
 		at := t.work.setFailAll(on)
 		fmt.Fprintf(t.log, "tier: %s: fail-all %v\n", t.name, on)
 		writeJSON(w, FailAllState{FailAll: on, At: at.Round(0)})
+	})
+	mux.HandleFunc("POST "+pathSlow, func(w http.ResponseWriter, r *http.Request) {
+		share, err := strconv.ParseFloat(r.URL.Query().Get("share"), 64)
+		if err != nil || !(share >= 0 && share <= 1) {
+			http.Error(w, "slow: want ?share=p, p in [0, 1]", http.StatusBadRequest)
+			return
+		}
+		t.work.setSlow(share)
+		fmt.Fprintf(t.log, "tier: %s: slow %v\n", t.name, share)
+		writeJSON(w, SlowState{Share: share})
 	})
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})

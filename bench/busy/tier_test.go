@@ -26,6 +26,8 @@ func TestWorkArgsRoundTrip(t *testing.T) {
 		{Workers: 4, Hold: 5 * time.Millisecond, CPU: 1234},
 		{Workers: 16, Hold: 50 * time.Millisecond, Spread: true},
 		{Wait: 100 * time.Millisecond, Spread: true},
+		{Wait: 4500 * time.Microsecond, Slow: 0.25, SlowWait: 200 * time.Millisecond},
+		{Wait: 4500 * time.Microsecond, SlowWait: 200 * time.Millisecond},
 	} {
 		f, err := parseTierFlags(append([]string{"--tier", "payment"}, w.Args()...), &bytes.Buffer{})
 		if err != nil {
@@ -50,6 +52,9 @@ func TestTierFlagErrors(t *testing.T) {
 		{[]string{"--tier", "payment", "--workers", "4"}, "needs both"},
 		{[]string{"--tier", "payment", "--wait", "-1s"}, ">= 0"},
 		{[]string{"--tier", "payment", "--cpu", "1ms", "--cpu-units", "5"}, "give one"},
+		{[]string{"--tier", "payment", "--slow", "1.5"}, "share in [0, 1]"},
+		{[]string{"--tier", "payment", "--slow", "NaN"}, "share in [0, 1]"},
+		{[]string{"--tier", "payment", "--slow-wait", "-1s"}, ">= 0"},
 		{[]string{"--tier", "payment", "--listen", "0.0.0.0:0"}, "loopback"},
 		{[]string{"--tier", "order", "--next", "10.0.0.1:80"}, "loopback"},
 		{[]string{"--tier", "payment", "extra"}, "unexpected argument"},
@@ -92,6 +97,34 @@ func TestWorkerSpread(t *testing.T) {
 	}
 	if w, h := newWorker(Work{Wait: wait, Workers: 4, Hold: hold}, 3).times(); w != wait || h != hold {
 		t.Errorf("without Spread: %v and %v, want %v and %v", w, h, wait, hold)
+	}
+}
+
+// Slow makes its share of requests wait about SlowWait (half to one
+// and a half times it) instead of Wait; setSlow switches the share.
+func TestWorkerSlow(t *testing.T) {
+	const wait, slowWait, n = 4 * time.Millisecond, 200 * time.Millisecond, 20000
+	k := newWorker(Work{Wait: wait, SlowWait: slowWait}, 3)
+	if w, _ := k.times(); w != wait {
+		t.Errorf("no slow share: waited %v, want %v", w, wait)
+	}
+	k.setSlow(0.25)
+	slow := 0
+	for range n {
+		switch w, _ := k.times(); {
+		case w == wait:
+		case w >= slowWait/2 && w <= 3*slowWait/2:
+			slow++
+		default:
+			t.Fatalf("waited %v, want %v or within [%v, %v]", w, wait, slowWait/2, 3*slowWait/2)
+		}
+	}
+	if share := float64(slow) / n; share < 0.24 || share > 0.26 {
+		t.Errorf("%.3f of the requests slow, want about 0.25", share)
+	}
+	k.setSlow(0)
+	if w, _ := k.times(); w != wait {
+		t.Errorf("slow share switched off: waited %v, want %v", w, wait)
 	}
 }
 
@@ -290,6 +323,41 @@ func TestFailAllEndpoint(t *testing.T) {
 	}
 	if err := serves(); err != nil {
 		t.Fatalf("after the refused requests: %v", err)
+	}
+}
+
+// TestSlowEndpoint: POST /slow?share=p switches the share of slow
+// requests; a share outside [0, 1] or none is refused and changes
+// nothing.
+func TestSlowEndpoint(t *testing.T) {
+	const wait, slowWait = time.Millisecond, time.Hour
+	tr := &tier{name: "payment", work: newWorker(Work{Wait: wait, SlowWait: slowWait}, 1), obs: new(counter), arrivals: newArrivals(),
+		svc: testsvc.NewTier("payment", nil, 1), log: io.Discard}
+	stop, countsURL, err := serveStats("127.0.0.1:0", tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	p := &Proc{Name: "payment", stats: countsURL}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.SetSlow(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := tr.work.times(); w < slowWait/2 {
+		t.Errorf("share 1: waited %v, want a slow request's", w)
+	}
+	for _, q := range []string{"?share=1.5", "?share=-0.1", "?share=NaN", "?share=x", ""} {
+		var v SlowState
+		if err := p.stat(ctx, http.MethodPost, pathSlow+q, &v); err == nil {
+			t.Errorf("POST %s%s: no error", pathSlow, q)
+		}
+	}
+	if err := p.SetSlow(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := tr.work.times(); w != wait {
+		t.Errorf("share 0: waited %v, want %v", w, wait)
 	}
 }
 

@@ -52,6 +52,13 @@ type Work struct {
 	// Calibrate: the units that take a given time on this machine).
 	// 0: none.
 	CPU int64
+	// Slow is the share of requests, in [0, 1], that wait SlowWait
+	// instead of Wait (slow requests next to fast ones: a report, a
+	// batch, next to cache hits); each slow request's wait is drawn
+	// uniformly between half and one and a half times SlowWait. The
+	// tier's stats port switches the share (POST /slow?share=p).
+	Slow     float64
+	SlowWait time.Duration
 }
 
 // Validate reports a Work that cannot run, naming the tier flag.
@@ -67,6 +74,10 @@ func (w Work) Validate() error {
 		return fmt.Errorf("--workers %d --hold %v: a pool needs both", w.Workers, w.Hold)
 	case w.CPU < 0:
 		return fmt.Errorf("--cpu-units %d: want >= 0", w.CPU)
+	case !(w.Slow >= 0 && w.Slow <= 1):
+		return fmt.Errorf("--slow %v: want a share in [0, 1]", w.Slow)
+	case w.SlowWait < 0:
+		return fmt.Errorf("--slow-wait %v: want >= 0", w.SlowWait)
 	}
 	return nil
 }
@@ -80,6 +91,8 @@ func (w *Work) register(fs *flag.FlagSet) {
 	fs.DurationVar(&w.Hold, "hold", 0, "each request holds a worker this `long` (needs --workers)")
 	fs.BoolVar(&w.Spread, "spread", false, "make --wait and --hold the means of exponentially distributed times")
 	fs.Int64Var(&w.CPU, "cpu-units", 0, "burn this `many` units of busy loop per request (see --cpu)")
+	fs.Float64Var(&w.Slow, "slow", 0, "make this `share` of requests wait about --slow-wait instead of --wait")
+	fs.DurationVar(&w.SlowWait, "slow-wait", 0, "a slow request waits between half and 1.5 times this `long`")
 }
 
 // Args returns the tier flags that make a tier do w.
@@ -103,6 +116,12 @@ func (w Work) Args() []string {
 	if w.CPU > 0 {
 		a = append(a, "--cpu-units", strconv.FormatInt(w.CPU, 10))
 	}
+	if w.Slow > 0 {
+		a = append(a, "--slow", strconv.FormatFloat(w.Slow, 'g', -1, 64))
+	}
+	if w.SlowWait > 0 {
+		a = append(a, "--slow-wait", w.SlowWait.String())
+	}
 	return a
 }
 
@@ -110,6 +129,7 @@ func (w Work) Args() []string {
 type worker struct {
 	w       Work
 	failAll atomic.Bool   // Work.FailAll, switched by setFailAll
+	slow    atomic.Uint64 // Work.Slow's bits, switched by setSlow
 	slots   chan struct{} // the pool: one token per busy worker
 	rngMu   sync.Mutex
 	rng     *rand.Rand
@@ -121,6 +141,7 @@ type worker struct {
 func newWorker(w Work, seed uint64) *worker {
 	k := &worker{w: w, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
 	k.failAll.Store(w.FailAll)
+	k.slow.Store(math.Float64bits(w.Slow))
 	if w.Workers > 0 {
 		k.slots = make(chan struct{}, w.Workers)
 	}
@@ -167,17 +188,29 @@ func (k *worker) do(ctx context.Context) error {
 
 // times returns how long one request waits and holds its worker: Wait
 // and Hold, or with Spread, times drawn from exponential distributions
-// of those means.
+// of those means; a slow request (the share Slow) waits SlowWait
+// instead, give or take half of it.
 func (k *worker) times() (wait, hold time.Duration) {
 	wait, hold = k.w.Wait, k.w.Hold
+	share := math.Float64frombits(k.slow.Load())
+	if !k.w.Spread && share == 0 {
+		return wait, hold
+	}
+	k.rngMu.Lock()
+	defer k.rngMu.Unlock()
 	if k.w.Spread {
-		k.rngMu.Lock()
 		wait = time.Duration(k.rng.ExpFloat64() * float64(wait))
 		hold = time.Duration(k.rng.ExpFloat64() * float64(hold))
-		k.rngMu.Unlock()
+	}
+	if share > 0 && k.rng.Float64() < share {
+		wait = time.Duration((0.5 + k.rng.Float64()) * float64(k.w.SlowWait))
 	}
 	return wait, hold
 }
+
+// setSlow switches the share of slow requests (Work.Slow), share in
+// [0, 1].
+func (k *worker) setSlow(share float64) { k.slow.Store(math.Float64bits(share)) }
 
 // setFailAll switches FailAll and returns when it did, so that a
 // caller can sort requests by it: turned on, every request that reaches
