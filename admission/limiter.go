@@ -440,14 +440,11 @@ type Limiter struct {
 	mdl         model // checkModel's samples
 	cold        coldStart
 
-	// grewAt: when slower work last grew the suspect cap (0: not in this
-	// phase); of the requests admitted since and served, grewSum and
-	// grewN sum what they took; grewBefore is the phase's mean latency
-	// when it grew (see slowerWork). Guarded by l.mu but the sums.
-	grewAt     atomic.Int64
-	grewSum    atomic.Int64
-	grewN      atomic.Int64
-	grewBefore int64
+	// grew: the last growth of the suspect cap on the work's evidence in
+	// this suspect phase (slowerWork); nil: none yet. fastSeen: a
+	// request admitted in the phase was served within twice the base.
+	grew     atomic.Pointer[growth]
+	fastSeen atomic.Bool
 
 	trialAt atomic.Int64 // when the last trial went in (see trialDue); nanoseconds since origin
 
@@ -941,6 +938,15 @@ func (p Permit) Release(o Outcome) {
 	}
 	if o == Measured || o == Failed || o == Abandoned {
 		at := l.now()
+		if g := l.grew.Load(); g != nil && o != Failed && p.start >= g.at {
+			rtt := max(at-p.start, 0)
+			g.sum.Add(rtt)
+			g.n.Add(1)
+			if o == Measured {
+				g.served.Add(rtt)
+				g.servedN.Add(1)
+			}
+		}
 		if o == Abandoned {
 			l.abandoned.Add(1)
 			if at-p.start >= l.baseNow.Load() {
@@ -959,12 +965,11 @@ func (p Permit) Release(o Outcome) {
 			if l.suspect.Load() && p.start >= l.suspectFrom.Load() {
 				l.suspSum.Add(rtt)
 				l.suspN.Add(1)
-				if rtt <= l.baseNow.Load() {
+				if b := l.baseNow.Load(); rtt <= b {
 					l.roomSeen.Store(true)
-				}
-				if g := l.grewAt.Load(); g > 0 && p.start >= g {
-					l.grewSum.Add(rtt)
-					l.grewN.Add(1)
+					l.fastSeen.Store(true)
+				} else if rtt <= 2*b {
+					l.fastSeen.Store(true)
 				}
 			}
 			if j := l.judging.Load(); p.start >= j.from {

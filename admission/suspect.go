@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -123,7 +124,8 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 	l.suspSum.Store(0)
 	l.suspN.Store(0)
 	l.roomSeen.Store(false)
-	l.grewAt.Store(0)
+	l.grew.Store(nil)
+	l.fastSeen.Store(false)
 	l.answerTried = false
 	l.calmAfter = calmWindows
 	l.suspect.Store(true)
@@ -354,26 +356,28 @@ func (l *Limiter) throughputNeed(per int64) int64 {
 // roomFor returns the cap a suspect server may grow to at the end of
 // win, 0 for none: twice the cap, up to twice what its arrivals need at
 // the latency of the requests it admitted and served since it became
-// suspect (Little's law), if the cap is full and holds requests back, and
-// one of those requests was served within the base since the cap last
-// grew. A server that queues makes every request wait once more are in
-// flight than it has workers, and then none is served that fast; one
-// that waits (on a dependency, a database), whose requests take what
-// they take however many are in flight, keeps serving its fast requests
-// fast, and its cap grows to what its arrivals need, not to what the
-// base (the mean of what it served before) says they need: a server of
-// fast requests (5 ms) given slow ones as well (100-300 ms, 128 a
-// second: 26 in flight) was held at the 5 to 10 it had when it became
-// suspect, its completions fell behind its arrivals for the cap's sake,
-// and it refused 42-84 % of both kinds (a user's trial). But few of its
-// fast requests get a slot among the slow ones, and half of those take
-// longer than the base (their mean): at 192 slow requests a second the
-// cap still grew too late in 40 of the review grid's 200 seeds, which
-// refused up to 72 % of their requests. So the cap also grows where the
-// work itself has become slower than the base says (slowerWork), by
-// four times once that growth has shown no queue. The need bounds the
-// growth where the requests that are not served fast never end (half of
-// them hang below the server: TestHangAdmitsNoBacklog).
+// suspect (Little's law), if the cap is full and holds requests back,
+// and one of those requests was served within the base since the cap
+// last grew, or the work shows room for more (slowerWork; four times the
+// cap once such a growth showed no queue). A server that queues makes
+// every request wait once more are in flight than it has workers, and
+// then none is served that fast; one that waits (on a dependency, a
+// database), whose requests take what they take however many are in
+// flight, keeps serving its fast requests fast, and its cap grows to
+// what its arrivals need, not to what the base (the mean of what it
+// served before) says they need: a server of fast requests (5 ms) given
+// slow ones as well (100-300 ms, 128 a second: 26 in flight) was held at
+// the 5 to 10 it had when it became suspect, its completions fell behind
+// its arrivals for the cap's sake, and it refused 42-84 % of both kinds
+// (a user's trial). But few of its fast requests get a slot among the
+// slow ones, and half of those take longer than the base (their mean):
+// at 192 slow requests a second the cap still grew too late in 40 of the
+// review grid's 200 seeds, which refused up to 72 % of their requests.
+// So the cap also grows where the work itself has become slower than the
+// base says (slowerWork), by four times once that growth has shown no
+// queue. The need bounds the growth where the requests that are not
+// served fast never end (half of them hang below the server:
+// TestHangAdmitsNoBacklog).
 //
 // A known limit (a review's simulation): a server whose slow requests
 // wait on a dependency that queues (a database of 8 connections at 1.75
@@ -409,46 +413,81 @@ func (l *Limiter) roomFor(win window) int64 {
 	mean := l.suspSum.Load() / n
 	need := int64(2 * rate * float64(mean))
 	step := int64(2)
-	if !seen && l.grewAt.Load() > 0 {
+	if !seen && l.grew.Load() != nil {
 		step = 4 // the work showed no queue when the cap last grew
 	}
 	room := min(step*limit, need)
 	if !seen && room > limit {
 		// The next growth on the work's evidence waits for the latency
 		// of what this one lets in (slowerWork).
-		l.grewAt.Store(l.now())
-		l.grewSum.Store(0)
-		l.grewN.Store(0)
-		l.grewBefore = mean
+		l.grew.Store(&growth{at: l.now(), before: mean, limit: limit})
 	}
 	return room
 }
 
 // slowerWork reports whether the suspect cap, full and holding requests
 // back, may grow on what the work shows where no request was served
-// within the base (roomFor). First, where the server completes fewer
-// requests than a quarter of what one slot would complete at the base
-// (the time per completion above slowerPer base latencies): a pool that
-// queues completes one per base or faster (as many at a time as it has
-// workers), whatever it holds, so that this server's requests take
-// longer than the base says: slow requests of a server that waits (a
-// report next to cache hits), or a dependency that became slower. The
-// cap grows once (to twice). Then, only where the requests let in since
-// it last grew, grewSamples of them served, took on average no more
-// than 1.5 times the phase's mean latency before: a server that waits
-// serves more at once in the same time, while a queue makes what it
-// lets in wait longer. Grown on the first evidence alone, every window,
-// the cap let a pool that became slower fill its queue
-// (TestSlowerPoolGrowsItsCapOnce). A pool of 8 connections to a
+// within the base since it last grew (roomFor).
+//
+// First, where the server completes fewer requests than a quarter of
+// what one slot would at the base (the time per completion above
+// slowerPer base latencies), while one of the requests admitted in the
+// phase was served within twice the base. A pool that queues completes
+// one per base or faster, as many at a time as it has workers, whatever
+// it holds; a pool whose work became slower (a query 8 times slower)
+// completes more slowly, but then every request waits in its queue, and
+// none is served that fast. A server that still serves some requests
+// fast while its slots complete so slowly holds requests that take far
+// longer than the base: slow requests next to fast ones (a report, a
+// batch, next to cache hits). The cap grows once, to twice.
+//
+// Then, only where the requests admitted since it last grew on this
+// evidence (as many as twice the cap before it, grewSamples at least;
+// served, or left by their callers, at what they had taken) took on
+// average no more than 1.5 times those of the phase admitted before it
+// and served by then: a server that waits serves more at once in the
+// same time, while a queue makes what it lets in wait longer, but only
+// once the requests let in behind the new slots are served (the first
+// few wait behind the old cap only). Grown on the time per completion
+// alone, the cap let a pool that became slower fill its queue
+// (TestSlowerPoolKeepsItsCap); grown on and on, a mix whose slow
+// requests wait on a database's queue
+// (TestSlowMixOverAQueueGrowsNoFurther). A pool of 8 connections to a
 // database at 1.75 times what they can do, next to cache hits (roomFor's
 // known limit), completes faster than its base: unchanged. l.mu is held.
 func (l *Limiter) slowerWork() bool {
-	if l.grewAt.Load() == 0 {
+	g := l.grew.Load()
+	if g == nil {
 		per := l.perDone.Load()
-		return per > 0 && l.base > 0 && per > slowerPer*l.base
+		return per > 0 && l.base > 0 && per > slowerPer*l.base && l.fastSeen.Load()
 	}
-	n := l.grewN.Load()
-	return n >= grewSamples && l.grewSum.Load()/n <= l.grewBefore*3/2
+	n := g.n.Load()
+	if n < max(grewSamples, 2*g.limit) {
+		return false
+	}
+	// Before: the requests of the phase admitted before the growth and
+	// served by now. Its mean when the cap grew was of the first of them
+	// to end, its fastest (the slow ones admitted with them still ran):
+	// over TCP 88 ms against 150 ms for the same mix after it.
+	before := g.before
+	if m := l.suspN.Load() - g.servedN.Load(); m > 0 {
+		before = (l.suspSum.Load() - g.served.Load()) / m
+	}
+	return g.sum.Load()/n <= before*3/2
+}
+
+// growth is a growth of the suspect cap on the work's evidence
+// (slowerWork): when (nanoseconds since origin), the phase's mean
+// latency then, the cap before it, and what the requests admitted since
+// took, served or left by their callers (summed, and how many). A new
+// growth is a new value, so that a request released as one begins adds
+// to the one it belongs to, never to the next.
+type growth struct {
+	at, before, limit int64
+	sum, n            atomic.Int64
+	// served and servedN: those of sum and n that were served
+	// (Measured), to take from the phase's (suspSum and suspN).
+	served, servedN atomic.Int64
 }
 
 // slowerPer and grewSamples: see slowerWork.
