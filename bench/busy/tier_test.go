@@ -272,20 +272,28 @@ func TestLauncherReportsAFailedStart(t *testing.T) {
 	}
 }
 
-// TestFailAllEndpoint: the stats port switches a tier to failing
-// everything and back, answers when it did, and refuses what is not a
-// switch.
-func TestFailAllEndpoint(t *testing.T) {
-	tr := &tier{name: "payment", work: newWorker(Work{}, 1), obs: new(counter), arrivals: newArrivals(),
+// statsTier serves the stats port of a payment tier doing w until the
+// test ends, and returns the tier, a Proc that reaches its port and a
+// context for the test's requests.
+func statsTier(t *testing.T, w Work) (*tier, *Proc, context.Context) {
+	t.Helper()
+	tr := &tier{name: "payment", work: newWorker(w, 1), obs: new(counter), arrivals: newArrivals(),
 		svc: testsvc.NewTier("payment", nil, 1), log: io.Discard}
 	stop, countsURL, err := serveStats("127.0.0.1:0", tr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	p := &Proc{Name: "payment", stats: countsURL}
+	t.Cleanup(stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
+	return tr, &Proc{Name: "payment", stats: countsURL}, ctx
+}
+
+// TestFailAllEndpoint: the stats port switches a tier to failing
+// everything and back, answers when it did, and refuses what is not a
+// switch.
+func TestFailAllEndpoint(t *testing.T) {
+	tr, p, ctx := statsTier(t, Work{})
 	serves := func() error { return tr.work.do(ctx) }
 	if err := serves(); err != nil {
 		t.Fatalf("before the switch: %v", err)
@@ -331,16 +339,7 @@ func TestFailAllEndpoint(t *testing.T) {
 // nothing.
 func TestSlowEndpoint(t *testing.T) {
 	const wait, slowWait = time.Millisecond, time.Hour
-	tr := &tier{name: "payment", work: newWorker(Work{Wait: wait, SlowWait: slowWait}, 1), obs: new(counter), arrivals: newArrivals(),
-		svc: testsvc.NewTier("payment", nil, 1), log: io.Discard}
-	stop, countsURL, err := serveStats("127.0.0.1:0", tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	p := &Proc{Name: "payment", stats: countsURL}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	tr, p, ctx := statsTier(t, Work{Wait: wait, SlowWait: slowWait})
 	if err := p.SetSlow(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
