@@ -965,10 +965,11 @@ func (p Permit) Release(o Outcome) {
 			if l.suspect.Load() && p.start >= l.suspectFrom.Load() {
 				l.suspSum.Add(rtt)
 				l.suspN.Add(1)
-				if b := l.baseNow.Load(); rtt <= b {
+				b := l.baseNow.Load()
+				if rtt <= b {
 					l.roomSeen.Store(true)
-					l.fastSeen.Store(true)
-				} else if rtt <= 2*b {
+				}
+				if rtt <= 2*b {
 					l.fastSeen.Store(true)
 				}
 			}

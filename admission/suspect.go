@@ -188,15 +188,22 @@ func (l *Limiter) endAnswerProbe(h *chan struct{}) {
 		l.answerTried = true
 		return
 	}
-	l.sq.mu.Lock()
-	l.sq.fifo = true
-	l.sq.mu.Unlock()
-	l.becomeSuspect(window{inflight: l.inflight.Load()}, l.perDone.Load())
+	l.suspectAgain()
 	// The probe's windows, whose arrivals fell by its hold, are no
 	// calm: the tests of calm begin past them.
 	l.calmAfter = calmSpan + 1
 	l.dispatchSuspect()
+}
+
+// suspectAgain makes the server suspect again after a closed loop of
+// callers was found (a verdict, an answer probe): its waiters wait on,
+// oldest first. The caller dispatches them. l.mu is held.
+func (l *Limiter) suspectAgain() {
 	l.closedAt = l.now()
+	l.sq.mu.Lock()
+	l.sq.fifo = true
+	l.sq.mu.Unlock()
+	l.becomeSuspect(window{inflight: l.inflight.Load()}, l.perDone.Load())
 }
 
 // closedLately reports whether a verdict or an answer probe found a
@@ -662,7 +669,6 @@ func (l *Limiter) verdict(final bool) bool {
 		l.releaseSuspect(false)
 		return true
 	}
-	l.closedAt = l.now()
 	// A closed loop's callers: the server is suspect again, and they
 	// wait on, oldest first from now on (while the oldest can still be
 	// served in time: see dispatchSuspect). Newest first, the oldest
@@ -671,10 +677,7 @@ func (l *Limiter) verdict(final bool) bool {
 	// limiter); let in at once, the ramp's next callers made the server
 	// suspect and overloaded again, twice as often. Suspect before not
 	// overloaded: a request that arrives between meets a rule.
-	l.sq.mu.Lock()
-	l.sq.fifo = true
-	l.sq.mu.Unlock()
-	l.becomeSuspect(window{inflight: l.inflight.Load()}, l.perDone.Load())
+	l.suspectAgain()
 	l.endOverload()
 	l.dispatchSuspect()
 	return true
