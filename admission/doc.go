@@ -128,6 +128,18 @@
 // CPU-saturated chain) was taken for an open loop in 8 of 16 runs and
 // refused until the next probe, 8 400-22 200 a run (2026-12-07).
 //
+// In a chain, each tier's limiter holds on its own, and a request held
+// at the gateway is held again at each tier below it. Where a limiter
+// holds because its requests became slower rather than queued (its
+// suspect cap grew on that evidence), the requests it admits report it
+// (Permit.Held); the interceptor marks the calls made for them, and the
+// tiers below, which wait on the same slow work, admit them with
+// Limiter.WaitHeld, which does not hold (protocol section 2.7). Over
+// TCP, a server of fast requests given slow ones as well (busy's mix:
+// 50 fast and 192 slow a second, three tiers that wait on the slow
+// ones) served 26-32 % with a hold at every tier, 100 % with the first
+// tier's alone.
+//
 // Config.MaxInFlight adds a fixed cap, with an optional short queue
 // (Config.QueueSize; Limiter.Wait: CoDel-style timeouts, and the newest
 // first when the queue is backed up), for a server that must never run

@@ -649,11 +649,12 @@ func (l *Limiter) publishThresholds(base int64) {
 // goes first. An admitted request must call the Permit's Release exactly
 // once when it ends.
 func (l *Limiter) Acquire(c Class, deadline time.Time) (Permit, error) {
-	return l.acquire(context.Background(), false, c, deadline)
+	return l.acquire(context.Background(), false, false, c, deadline)
 }
 
-// acquire is Acquire (queue false) and Wait.
-func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline time.Time) (Permit, error) {
+// acquire is Acquire (queue and hold false), Wait (both true) and
+// WaitHeld (queue only): hold applies the suspect phase's hold.
+func (l *Limiter) acquire(ctx context.Context, queue, hold bool, c Class, deadline time.Time) (Permit, error) {
 	if c < 0 || c >= numClasses {
 		c = ClassFirst
 	}
@@ -663,7 +664,7 @@ func (l *Limiter) acquire(ctx context.Context, queue bool, c Class, deadline tim
 	}
 	var exp int64 // what the overload rule expects for the request
 	for {
-		p, w, e, err := l.gate(queue, c, deadline, at)
+		p, w, e, err := l.gate(hold, c, deadline, at)
 		exp = e
 		if err != nil {
 			if queue {
@@ -904,6 +905,7 @@ type Permit struct {
 	cold     bool // counted by the cold start (see coldStart)
 	free     bool // admitted with nothing else in flight: it waited behind no one (see freeMean)
 	trial    bool // let in against the overload rule or the suspect phase (see trialDue)
+	held     bool // admitted by a suspect phase whose cap grew on the work's evidence (see Held)
 }
 
 // Trial reports whether the request was let in as a trial against the
@@ -913,6 +915,21 @@ type Permit struct {
 // asks adaptive.Throttle.AllowTrial, and marks the calls for the tiers
 // below): refused there, the trial shows nothing.
 func (p Permit) Trial() bool { return p.trial }
+
+// Held reports whether the request was admitted by the suspect phase of
+// Wait (see Limiter), under the cap of a server that held back what
+// exceeded it or after it waited, once that cap had grown because the
+// server's work became slower rather than queued (slowerWork in
+// suspect.go: it serves some requests fast while its slots complete
+// slowly). The tiers below wait on the same slow work, and need not hold
+// such a request again: this tier's cap bounds what it sends them (see
+// WaitHeld; the interceptor marks the calls for the tiers below). A
+// request held because the server queues is not marked: the tier whose
+// queue it is holds its own (a CPU-bound chain whose gateway, starved
+// of CPU, ended its suspect phases calm by chance, marked everything
+// and let the middle tier's queue grow to thousands: busy's
+// overload-cpu collapsed in 3 of 5 runs, against none).
+func (p Permit) Held() bool { return p.held }
 
 // Release ends the request: it frees its slot and counts it as Outcome
 // o. Call it exactly once per admitted request, and HoldAnswer after
@@ -1860,6 +1877,10 @@ func (l *Limiter) InFlight() int { return int(l.inflight.Load()) }
 // Overloaded reports whether the server is overloaded now: requests
 // arrive faster than it completes them (see Limiter).
 func (l *Limiter) Overloaded() bool { return l.overloaded.Load() }
+
+// Suspect reports whether the server is in its suspect phase (see
+// Limiter): Wait holds what exceeds its cap, WaitHeld does not.
+func (l *Limiter) Suspect() bool { return l.suspect.Load() }
 
 // Latency returns the latency a new request can expect; zero before
 // anything completed. While the server is overloaded or suspect (see

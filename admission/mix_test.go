@@ -30,18 +30,7 @@ func TestSlowerMixNeverRefused(t *testing.T) {
 	for _, slowRate := range []float64{128, 192} {
 		refusing := 0
 		for seed := uint64(1); seed <= seeds; seed++ {
-			s := newSim(t, Config{}, 1<<20, 0, seed)
-			slowShare := 0.0
-			s.service = func(r *rand.Rand) time.Duration {
-				if r.Float64() < slowShare {
-					return 100*time.Millisecond + time.Duration(r.Float64()*float64(200*time.Millisecond))
-				}
-				return 3*time.Millisecond + time.Duration(r.Float64()*float64(3*time.Millisecond))
-			}
-			s.open(50, 0, 12*time.Second, 2*time.Second)
-			s.open(slowRate, 4*time.Second, 9*time.Second, 2*time.Second)
-			s.at(4*time.Second, func() { slowShare = slowRate / (50 + slowRate) })
-			s.at(9*time.Second, func() { slowShare = 0 })
+			s := slowMix(t, seed, slowRate, 12*time.Second, 4*time.Second, 9*time.Second)
 			s.run(15 * time.Second)
 			refused, served, p99 := s.in(0, 12*time.Second)
 			if refused != 0 {
@@ -57,6 +46,25 @@ func TestSlowerMixNeverRefused(t *testing.T) {
 			t.Errorf("%v slow a second: %d of %d seeds refused requests, want at most %d (nothing is overloaded)", slowRate, refusing, seeds, mostRefusing)
 		}
 	}
+}
+
+// slowMix is a server that waits (no pool) on 50 fast requests a second
+// (3-6 ms, until fastUntil) and, from from to to, slowRate slow ones a
+// second on top (100-300 ms), 2 s deadlines.
+func slowMix(t *testing.T, seed uint64, slowRate float64, fastUntil, from, to time.Duration) *sim {
+	s := newSim(t, Config{}, 1<<20, 0, seed)
+	slowShare := 0.0
+	s.service = func(r *rand.Rand) time.Duration {
+		if r.Float64() < slowShare {
+			return 100*time.Millisecond + time.Duration(r.Float64()*float64(200*time.Millisecond))
+		}
+		return 3*time.Millisecond + time.Duration(r.Float64()*float64(3*time.Millisecond))
+	}
+	s.open(50, 0, fastUntil, 2*time.Second)
+	s.open(slowRate, from, to, 2*time.Second)
+	s.at(from, func() { slowShare = slowRate / (50 + slowRate) })
+	s.at(to, func() { slowShare = 0 })
+	return s
 }
 
 // A pool of one worker whose service becomes 8 times slower (5 ms to 40

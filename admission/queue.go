@@ -49,7 +49,30 @@ func (l *Limiter) Wait(ctx context.Context, c Class, deadline time.Time) (Permit
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return l.acquire(ctx, true, c, deadline)
+	return l.acquire(ctx, true, true, c, deadline)
+}
+
+// WaitHeld is Wait for a request that a tier above held back already
+// (Permit.Held: its caller admitted it in its own suspect phase, whose
+// cap bounds what that tier sends below, because its work became slower
+// rather than queued). A suspect server admits it at once, beyond its
+// own cap; the overload rule, Config.MaxInFlight and the queue apply as
+// in Wait, and the request counts as any other.
+//
+// Held again at every tier, a request waits once per tier, and each
+// tier's cap grows only on what the tier above lets through. A server
+// of fast requests given slow ones as well (busy's mix over TCP: a
+// report, a batch), behind two tiers that wait on it, made all three
+// suspect at once: the middle tier's arrivals came in bursts of what the
+// gateway let through (0-4 a window, then 44), so that its cap's need
+// read a fraction of what waited, and it held the gateway's requests for
+// over a second; the gateway's suspect phase ran out into an overload
+// that refused about 70 % of a healthy load. Held once, none.
+func (l *Limiter) WaitHeld(ctx context.Context, c Class, deadline time.Time) (Permit, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return l.acquire(ctx, true, false, c, deadline)
 }
 
 // Queue returns the number of requests waiting in the queue.

@@ -58,6 +58,9 @@ type sim struct {
 	lastRefused map[int]bool
 	// classOf, when set, gives the class of each new request.
 	classOf func() Class
+	// onAdmit, when set, is called with the permit of every request
+	// admitted.
+	onAdmit func(Permit)
 	// wait, when set, is how long an admitted request waits before it
 	// needs a worker (a sleep or a call below that its deadline ends,
 	// as the bench's payment waits), holding no worker.
@@ -315,7 +318,7 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 		s.parked = append(s.parked, parkedReq{w: w, caller: caller, class: class, arrived: arrived, deadline: dl})
 		return
 	case err == nil && p.l == nil:
-		p, err = s.l.acquire(context.Background(), false, class, dl)
+		p, err = s.l.acquire(context.Background(), false, false, class, dl)
 	}
 	if err != nil {
 		s.results = append(s.results, simResult{at: arrived, refused: true, deadline: err == ErrDeadline, class: class})
@@ -333,6 +336,9 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 // admitted starts the service of a request admitted with p, whose caller
 // waits until dl (zero: no deadline).
 func (s *sim) admitted(p Permit, caller int, class Class, arrived time.Duration, dl time.Time) {
+	if s.onAdmit != nil {
+		s.onAdmit(p)
+	}
 	r := &simReq{arrived: arrived, permit: p, caller: caller, class: class, dl: dl}
 	if s.leave && !dl.IsZero() {
 		s.at(s.el+max(dl.Sub(s.clk.Now()), 0), func() {

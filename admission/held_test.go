@@ -1,0 +1,145 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// A suspect server holds in Wait what exceeds its cap; WaitHeld, for a
+// request that a tier above held already, admits it at once beyond the
+// cap: such a request is held once, by the tier above. A permit reports
+// Held only where the cap grew because the work became slower
+// (TestHeldOnlyWhereTheWorkBecameSlower): not here, where the arrivals
+// simply exceed the completions.
+func TestWaitHeldIsNotHeldAgain(t *testing.T) {
+	l, clk := newLimiter(t, Config{Window: time.Second})
+	ctx := context.Background()
+	// Arrivals exceed completions (Acquire, which holds no one, lets
+	// them all in) until the server is suspect.
+	var in []Permit
+	for i := 0; !l.Suspect(); i++ {
+		if i == 100 || l.Overloaded() {
+			t.Fatalf("not suspect after %d s of 40 arrivals and 10 completions a second: %+v", i, l.Stats())
+		}
+		for range 40 {
+			p, err := l.Acquire(ClassFirst, time.Time{})
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			in = append(in, p)
+		}
+		clk.Advance(time.Second)
+		for _, p := range in[:10] {
+			p.Release(Measured)
+		}
+		in = in[10:]
+	}
+	// Room under the cap (no window ends: the clock stands still).
+	for int64(l.InFlight()) >= l.suspectCap.Load() {
+		in[0].Release(Measured)
+		in = in[1:]
+	}
+	// Up to the cap, Wait admits; then it holds the request (its caller
+	// has left already, so the wait ends at once with its context's
+	// error), and WaitHeld admits it.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	for i := 0; ; i++ {
+		p, err := l.Wait(gone, ClassFirst, time.Time{})
+		if errors.Is(err, context.Canceled) {
+			break
+		}
+		if err != nil || p.Held() || i == 1000 {
+			t.Fatalf("Wait %d up to the suspect cap: held %v, err %v; want admitted, not marked held, until the cap holds it", i, p.Held(), err)
+		}
+		in = append(in, p)
+	}
+	if int64(l.InFlight()) < l.suspectCap.Load() {
+		t.Fatalf("held with %d in flight under the cap of %d", l.InFlight(), l.suspectCap.Load())
+	}
+	before := l.InFlight()
+	p, err := l.WaitHeld(gone, ClassFirst, time.Time{})
+	if err != nil || l.InFlight() != before+1 {
+		t.Fatalf("WaitHeld at the full suspect cap: err %v, in flight %d -> %d; want admitted at once beyond the cap", err, before, l.InFlight())
+	}
+	if !l.Suspect() {
+		t.Fatal("no longer suspect: the test tests nothing")
+	}
+	p.Release(Measured)
+	for _, p := range in {
+		p.Release(Measured)
+	}
+}
+
+// Permit.Held marks what a suspect server admits once its cap grew
+// because its work became slower (slowerWork): slow requests next to
+// fast ones (TestSlowerMixNeverRefused's mix), whose tiers below wait on
+// the same slow work. Never where the server queues: a pool at twice
+// its capacity, or one whose work became 8 times slower
+// (TestSlowerPoolKeepsItsCap): the tier whose queue it is holds its own.
+func TestHeldOnlyWhereTheWorkBecameSlower(t *testing.T) {
+	const seeds = 8
+	marked := 0
+	for seed := uint64(1); seed <= seeds; seed++ {
+		s := slowMix(t, seed, 192, 8*time.Second, 4*time.Second, 8*time.Second)
+		n := 0
+		s.onAdmit = func(p Permit) {
+			if p.Held() {
+				n++
+			}
+		}
+		s.run(10 * time.Second)
+		if n > 0 {
+			marked++
+		}
+	}
+	// Where the fast requests' growth (roomFor) kept up, the cap never
+	// grew on the work's evidence, and nothing is marked: 3 of these 8.
+	if marked < seeds/2 {
+		t.Errorf("slow requests next to fast ones: held marked in %d of %d seeds, want at least %d", marked, seeds, seeds/2)
+	}
+	queues := map[string]func(seed uint64) *sim{
+		"16 workers of 10 ms at 2x": func(seed uint64) *sim {
+			s := newSim(t, Config{}, 16, 10*time.Millisecond, seed)
+			s.open(800, 0, time.Second, time.Second)
+			s.open(3200, time.Second, 4*time.Second, time.Second)
+			return s
+		},
+		"1 worker 8 times slower": func(seed uint64) *sim {
+			s := newSim(t, Config{}, 1, 5*time.Millisecond, seed)
+			slower := false
+			s.service = func(*rand.Rand) time.Duration {
+				if slower {
+					return 40 * time.Millisecond
+				}
+				return 5 * time.Millisecond
+			}
+			s.open(100, 0, 4*time.Second, time.Second)
+			s.at(time.Second, func() { slower = true })
+			s.open(50, time.Second, 4*time.Second, time.Second)
+			return s
+		},
+	}
+	for name, mk := range queues {
+		for seed := uint64(1); seed <= seeds; seed++ {
+			s := mk(seed)
+			n, suspect := 0, false
+			s.onAdmit = func(p Permit) {
+				suspect = suspect || s.l.Suspect()
+				if p.Held() {
+					n++
+				}
+			}
+			s.run(5 * time.Second)
+			if !suspect {
+				t.Errorf("%s, seed %d: never suspect: the case tests nothing", name, seed)
+			}
+			if n > 0 {
+				t.Errorf("%s, seed %d: %d requests marked held, want none (the server queues)", name, seed, n)
+			}
+		}
+	}
+}
