@@ -205,17 +205,25 @@ func (g *admissionGuard) admit(s *server, sc *stateCtx, method string, ss grpc.S
 		return err
 	}
 	dl, _ := sc.Deadline()
-	class := admission.ClassFirst
-	if l.Overloaded() || l.Limit() > 0 {
-		// The class decides only what is refused, so the metadata is
-		// read only when something may be.
+	class, heldAbove := admission.ClassFirst, false
+	if l.Overloaded() || l.Limit() > 0 || l.Suspect() {
+		// The class decides only what is refused, and the held mark
+		// only what is held, so the metadata is read only when
+		// something may be.
 		in := sc.st.Info()
 		class = admission.ClassOf(in.Attempt, in.UpstreamRetries)
 		if in.Hedge {
 			class = admission.ClassHedge
 		}
+		heldAbove = in.Held // a tier above held it (protocol 2.7)
 	}
-	p, err := l.Wait(sc, class, dl)
+	var p admission.Permit
+	var err error
+	if heldAbove {
+		p, err = l.WaitHeld(sc, class, dl)
+	} else {
+		p, err = l.Wait(sc, class, dl)
+	}
 	switch {
 	case err == nil && ss != nil:
 		p.Release(admission.Ignored)
@@ -224,6 +232,9 @@ func (g *admissionGuard) admit(s *server, sc *stateCtx, method string, ss grpc.S
 		sc.st.permit = p
 		if p.Trial() {
 			sc.st.markTrial()
+		}
+		if p.Held() {
+			sc.st.markHeld()
 		}
 		return nil
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):

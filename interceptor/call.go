@@ -174,7 +174,7 @@ func (c *call) attemptContext(timeout bool, into *mdContext) (context.Context, c
 // sharedContext returns the context of the call's next attempt made in
 // into, if it is a first attempt whose metadata is shared.
 func (c *call) sharedContext(into *mdContext) (context.Context, bool) {
-	if into == nil || c.attempt > 0 || c.info.UpstreamRetries > 0 || c.servesTrial() {
+	if into == nil || c.attempt > 0 || c.info.UpstreamRetries > 0 || c.servesTrial() || c.info.Held {
 		return nil, false
 	}
 	return withShared(into, c.ctx, c.sendDepth(), c.hedgingMark()) // none for no metadata
@@ -183,8 +183,8 @@ func (c *call) sharedContext(into *mdContext) (context.Context, bool) {
 // withMetadata returns the caller's context with the metadata of the
 // call's next attempt.
 func (c *call) withMetadata() context.Context {
-	var buf [8]string
-	kv := attemptPairs(buf[:0], c.attempt, c.sendDepth(), c.info.UpstreamRetries, c.hedgingMark(), c.servesTrial())
+	var buf [12]string // six pairs at most
+	kv := attemptPairs(buf[:0], c.attempt, c.sendDepth(), c.info.UpstreamRetries, c.hedgingMark(), c.servesTrial(), c.info.Held)
 	if len(kv) == 0 {
 		return c.ctx
 	}
@@ -201,10 +201,10 @@ func (c *call) sendDepth() int {
 }
 
 // attemptPairs appends to kv the metadata pairs of an attempt (protocol
-// sections 2.2, 2.5 and 2.6): its index n, the depth, the upstream
+// sections 2.2, 2.5, 2.6 and 2.7): its index n, the depth, the upstream
 // retries u and the hedging mark, each only when above 0, and the trial
-// mark.
-func attemptPairs(kv []string, n, depth, u, mark int, trial bool) []string {
+// and held marks.
+func attemptPairs(kv []string, n, depth, u, mark int, trial, held bool) []string {
 	if n > 0 {
 		kv = append(kv, MetadataAttempt, strconv.Itoa(n))
 	}
@@ -219,6 +219,9 @@ func attemptPairs(kv []string, n, depth, u, mark int, trial bool) []string {
 	}
 	if trial {
 		kv = append(kv, MetadataTrial, "1")
+	}
+	if held {
+		kv = append(kv, MetadataHeld, "1")
 	}
 	return kv
 }

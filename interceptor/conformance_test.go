@@ -25,7 +25,7 @@ const specPath = "../docs/protocol.md"
 
 // protocolKeys are the request keys of the specification: an outgoing
 // example lists every one of them that is sent.
-var protocolKeys = []string{MetadataAttempt, MetadataDepth, MetadataUpstreamRetries, MetadataPreviousAttempts, MetadataEnvoyAttemptCount, MetadataHedging, MetadataTrial}
+var protocolKeys = []string{MetadataAttempt, MetadataDepth, MetadataUpstreamRetries, MetadataPreviousAttempts, MetadataEnvoyAttemptCount, MetadataHedging, MetadataTrial, MetadataHeld}
 
 // examplesPath is the spec's examples as data (docs/protocol.md, section
 // 10), which TestConformance runs and TestConformanceFile keeps equal to
@@ -116,7 +116,8 @@ func parseSpecInfo(t *testing.T, e specExample, s string) Info {
 	var in Info
 	var hedging int // optional: 0 none, 1 a tier above hedges, 2 a hedge
 	var trial int   // optional: 0 none, 1 a trial
-	fields := map[string]*int{"depth": &in.Depth, "attempt": &in.Attempt, "upstream-retries": &in.UpstreamRetries, "hedging": &hedging, "trial": &trial}
+	var held int    // optional: 0 none, 1 held
+	fields := map[string]*int{"depth": &in.Depth, "attempt": &in.Attempt, "upstream-retries": &in.UpstreamRetries, "hedging": &hedging, "trial": &trial, "held": &held}
 	seen := 0
 	for _, w := range strings.Fields(s) {
 		k, v, _ := strings.Cut(w, "=")
@@ -126,7 +127,7 @@ func parseSpecInfo(t *testing.T, e specExample, s string) Info {
 			t.Fatalf("%v: bad Info %q", e, s)
 		}
 		*p = n
-		if k != "hedging" && k != "trial" {
+		if k != "hedging" && k != "trial" && k != "held" {
 			seen++
 		}
 	}
@@ -135,6 +136,7 @@ func parseSpecInfo(t *testing.T, e specExample, s string) Info {
 	}
 	in.Hedged, in.Hedge = hedging >= hedgingMark, hedging >= hedgeMark
 	in.Trial = trial == 1
+	in.Held = held == 1
 	return in
 }
 
@@ -272,7 +274,7 @@ func checkOutgoingExample(t *testing.T, e specExample) {
 		// attempt, no upstream retries, some metadata, depth within
 		// maxSharedDepth (on a context without metadata of its own).
 		shared := into != nil && actx == context.Context(into)
-		if want := into != nil && attempt == 0 && c.info.UpstreamRetries == 0 && !c.info.Trial && len(want) > 0 && c.info.Depth < maxSharedDepth; shared != want {
+		if want := into != nil && attempt == 0 && c.info.UpstreamRetries == 0 && !c.info.Trial && !c.info.Held && len(want) > 0 && c.info.Depth < maxSharedDepth; shared != want {
 			t.Errorf("%v: serving %q, attempt %d: shared metadata %v, want %v", e, e.fields["serving"], attempt, shared, want)
 		}
 		md, _ := metadata.FromOutgoingContext(actx)

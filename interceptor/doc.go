@@ -66,10 +66,11 @@
 // depth count for the tiers below it, and they read the depth and
 // upstream retries that it and its successors send. Without it, forged or
 // malformed metadata can only lower the attempts of a tier, under
-// DefaultTierPolicy and TierPolicyConfig alike (see TierPolicy); the one
-// exception is MetadataTrial, which can get a probe to a dependency the
+// DefaultTierPolicy and TierPolicyConfig alike (see TierPolicy); the
+// exceptions are MetadataTrial, which can get a probe to a dependency the
 // tier's throttle holds down out early, at most one per probe interval,
-// never a retry.
+// never a retry, and MetadataHeld, which gets a request past the hold of
+// the tier's admission control (never past its refusals).
 //
 // # Hedging
 //

@@ -46,6 +46,14 @@ const (
 	// credit, so that one trial finds out for the whole chain below
 	// (protocol section 2.6).
 	MetadataTrial = "x-stormguard-trial"
+	// MetadataHeld marks the calls made while serving a request that a
+	// tier's admission control held back, because its requests became
+	// slower rather than queued (admission.Permit.Held), or a request
+	// that carried the mark. "1" on every attempt of such a call. A tier
+	// that receives it does not hold the request again in its own
+	// suspect phase (admission.Limiter.WaitHeld): the tier above holds
+	// it, and its cap bounds what it sends below (protocol section 2.7).
+	MetadataHeld = "x-stormguard-held"
 )
 
 // Bounds applied to incoming values. Larger values are clamped to them:
@@ -85,6 +93,11 @@ type Info struct {
 	// EventRequestReceived, sent before, shows only the mark of a tier
 	// above; FromContext in the handler shows both.
 	Trial bool
+	// Held: this tier's admission control held the request back
+	// (admission.Permit.Held), or a tier above did (MetadataHeld): the
+	// tiers below do not hold it again, and this tier's calls for it
+	// carry the mark on. Marked as Trial is.
+	Held bool
 }
 
 // serverState is what the server interceptor puts into the handler's
@@ -116,6 +129,15 @@ func (st *serverState) markTrial() {
 	st.Info()
 	st.mu.Lock()
 	st.info.Trial = true
+	st.mu.Unlock()
+}
+
+// markHeld records in the request's Info that admission control
+// admitted it in its suspect phase, as markTrial does for a trial.
+func (st *serverState) markHeld() {
+	st.Info()
+	st.mu.Lock()
+	st.info.Held = true
 	st.mu.Unlock()
 }
 
@@ -188,6 +210,8 @@ func parseInfo(get func(key string) []string) Info {
 		// A malformed mark reads as none, the cautious value: no probe
 		// beyond the credit.
 		Trial: cautious(get(MetadataTrial), 1, 0) == 1,
+		// Malformed: none, the cautious value: held as any request.
+		Held: cautious(get(MetadataHeld), 1, 0) == 1,
 	}
 }
 

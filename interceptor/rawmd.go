@@ -131,7 +131,7 @@ func learnShared() *[maxSharedDepth + 1][hedgeMark + 1]any {
 	var vals [maxSharedDepth + 1][hedgeMark + 1]any
 	for d := range vals {
 		for m := range vals[d] {
-			kv := attemptPairs(nil, 0, d, 0, m, false)
+			kv := attemptPairs(nil, 0, d, 0, m, false, false)
 			if len(kv) == 0 {
 				continue
 			}

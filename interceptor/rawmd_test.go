@@ -52,7 +52,7 @@ func TestOutgoingMetadataShared(t *testing.T) {
 	parent := context.WithValue(context.Background(), key{}, "caller's")
 	for depth := 0; depth <= maxSharedDepth+1; depth++ {
 		for mark := 0; mark <= hedgeMark; mark++ {
-			kv := attemptPairs(nil, 0, depth, 0, mark, false)
+			kv := attemptPairs(nil, 0, depth, 0, mark, false, false)
 			var into mdContext
 			ctx, ok := withShared(&into, parent, depth, mark)
 			if want := depth <= maxSharedDepth && len(kv) > 0; ok != want {
