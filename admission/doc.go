@@ -134,11 +134,12 @@
 // suspect cap grew on that evidence), the requests it admits report it
 // (Permit.Held); the interceptor marks the calls made for them, and the
 // tiers below, which wait on the same slow work, admit them with
-// Limiter.WaitHeld, which does not hold (protocol section 2.7). Over
-// TCP, a server of fast requests given slow ones as well (busy's mix:
-// 50 fast and 192 slow a second, three tiers that wait on the slow
-// ones) served 26-32 % with a hold at every tier, 100 % with the first
-// tier's alone.
+// Limiter.WaitHeld, which does not hold them (up to 8 times the cap in
+// flight; protocol section 2.7). Over TCP, a server of fast requests
+// given slow ones as well (busy's mix: 50 fast and 192 slow a second,
+// three tiers that wait on the slow ones) served 26-30 % in most runs
+// with a hold at every tier, 100 % in every run with the first tier's
+// alone.
 //
 // Config.MaxInFlight adds a fixed cap, with an optional short queue
 // (Config.QueueSize; Limiter.Wait: CoDel-style timeouts, and the newest

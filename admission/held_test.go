@@ -60,35 +60,105 @@ func TestWaitHeldIsNotHeldAgain(t *testing.T) {
 	if int64(l.InFlight()) < l.suspectCap.Load() {
 		t.Fatalf("held with %d in flight under the cap of %d", l.InFlight(), l.suspectCap.Load())
 	}
-	before := l.InFlight()
-	p, err := l.WaitHeld(gone, ClassFirst, time.Time{})
-	if err != nil || l.InFlight() != before+1 {
-		t.Fatalf("WaitHeld at the full suspect cap: err %v, in flight %d -> %d; want admitted at once beyond the cap", err, before, l.InFlight())
+	// WaitHeld admits beyond the cap, up to heldPerSlot times it, and
+	// holds beyond that (a forged mark gets no more).
+	limit := heldPerSlot * l.suspectCap.Load()
+	for i := 0; ; i++ {
+		before := l.InFlight()
+		p, err := l.WaitHeld(gone, ClassFirst, time.Time{})
+		if errors.Is(err, context.Canceled) {
+			if int64(before) != limit {
+				t.Fatalf("WaitHeld held with %d in flight, want %d (%d times the cap)", before, limit, heldPerSlot)
+			}
+			break
+		}
+		if err != nil || l.InFlight() != before+1 || i == 10000 {
+			t.Fatalf("WaitHeld beyond the full suspect cap: err %v, in flight %d -> %d; want admitted at once", err, before, l.InFlight())
+		}
+		in = append(in, p)
 	}
 	if !l.Suspect() {
 		t.Fatal("no longer suspect: the test tests nothing")
 	}
-	p.Release(Measured)
 	for _, p := range in {
 		p.Release(Measured)
 	}
 }
 
-// Permit.Held marks what a suspect server admits once its cap grew
-// because its work became slower (slowerWork): slow requests next to
-// fast ones (TestSlowerMixNeverRefused's mix), whose tiers below wait on
-// the same slow work. Never where the server queues: a pool at twice
-// its capacity, or one whose work became 8 times slower
-// (TestSlowerPoolKeepsItsCap): the tier whose queue it is holds its own.
+// WaitHeld skips only the suspect phase's hold: an overloaded server
+// refuses what it would refuse in Wait, and Config.MaxInFlight caps it.
+func TestWaitHeldIsRefusedAsWaitIs(t *testing.T) {
+	l, clk := newLimiter(t, Config{Window: time.Second})
+	var in []Permit
+	for i := 0; !l.Overloaded(); i++ {
+		if i == 200 {
+			t.Fatalf("not overloaded after %d s of 40 arrivals and 10 completions a second: %+v", i, l.Stats())
+		}
+		for range 40 {
+			if p, err := l.Acquire(ClassFirst, time.Time{}); err == nil {
+				in = append(in, p)
+			}
+		}
+		clk.Advance(time.Second)
+		for _, p := range in[:10] {
+			p.Release(Measured)
+		}
+		in = in[10:]
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel() // a refusal held by a probe returns at once
+	_, werr := l.Wait(gone, ClassFirst, time.Time{})
+	_, herr := l.WaitHeld(gone, ClassFirst, time.Time{})
+	if !errors.Is(werr, ErrOverload) || !errors.Is(herr, ErrOverload) {
+		t.Fatalf("overloaded: Wait %v, WaitHeld %v; want ErrOverload from both", werr, herr)
+	}
+	for _, p := range in {
+		p.Release(Measured)
+	}
+
+	c, _ := newLimiter(t, Config{MaxInFlight: 2})
+	var held []Permit
+	for range 2 {
+		p, err := c.WaitHeld(context.Background(), ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatalf("WaitHeld under MaxInFlight: %v", err)
+		}
+		held = append(held, p)
+	}
+	if _, err := c.WaitHeld(context.Background(), ClassFirst, time.Time{}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("WaitHeld at MaxInFlight: %v, want ErrLimit", err)
+	}
+	for _, p := range held {
+		p.Release(Measured)
+	}
+}
+
+// Permit.Held marks what a suspect server admits under its cap, at once
+// or after it waited, once the cap grew because its work became slower
+// (slowerWork): slow requests next to fast ones (TestSlowerMixNeverRefused's
+// mix), whose tiers below wait on the same slow work. Not what it lets in
+// when the phase ends (the cap bounds none of that). Never where the
+// server queues: a pool at twice its capacity, or one whose work became
+// 8 times slower (TestSlowerPoolKeepsItsCap): the tier whose queue it
+// is holds its own.
 func TestHeldOnlyWhereTheWorkBecameSlower(t *testing.T) {
 	const seeds = 8
-	marked := 0
+	marked, markedAtOnce, markedWaited := 0, 0, 0
 	for seed := uint64(1); seed <= seeds; seed++ {
 		s := slowMix(t, seed, 192, 8*time.Second, 4*time.Second, 8*time.Second)
 		n := 0
-		s.onAdmit = func(p Permit) {
-			if p.Held() {
-				n++
+		s.onAdmit = func(p Permit, waited bool) {
+			if !p.Held() {
+				return
+			}
+			n++
+			if waited {
+				markedWaited++
+			} else {
+				markedAtOnce++
+			}
+			if !s.l.Suspect() {
+				t.Errorf("seed %d: a request marked held admitted at %v, the server not suspect (the phase's end lets its waiters in beyond any cap)", seed, s.el)
 			}
 		}
 		s.run(10 * time.Second)
@@ -98,8 +168,8 @@ func TestHeldOnlyWhereTheWorkBecameSlower(t *testing.T) {
 	}
 	// Where the fast requests' growth (roomFor) kept up, the cap never
 	// grew on the work's evidence, and nothing is marked: 3 of these 8.
-	if marked < seeds/2 {
-		t.Errorf("slow requests next to fast ones: held marked in %d of %d seeds, want at least %d", marked, seeds, seeds/2)
+	if marked < seeds/2 || markedAtOnce == 0 || markedWaited == 0 {
+		t.Errorf("slow requests next to fast ones: held marked in %d of %d seeds (want at least %d), %d admitted at once and %d after waiting (want some of each)", marked, seeds, seeds/2, markedAtOnce, markedWaited)
 	}
 	queues := map[string]func(seed uint64) *sim{
 		"16 workers of 10 ms at 2x": func(seed uint64) *sim {
@@ -127,7 +197,7 @@ func TestHeldOnlyWhereTheWorkBecameSlower(t *testing.T) {
 		for seed := uint64(1); seed <= seeds; seed++ {
 			s := mk(seed)
 			n, suspect := 0, false
-			s.onAdmit = func(p Permit) {
+			s.onAdmit = func(p Permit, _ bool) {
 				suspect = suspect || s.l.Suspect()
 				if p.Held() {
 					n++

@@ -652,9 +652,9 @@ func (l *Limiter) Acquire(c Class, deadline time.Time) (Permit, error) {
 	return l.acquire(context.Background(), false, false, c, deadline)
 }
 
-// acquire is Acquire (queue and hold false), Wait (both true) and
-// WaitHeld (queue only): hold applies the suspect phase's hold.
-func (l *Limiter) acquire(ctx context.Context, queue, hold bool, c Class, deadline time.Time) (Permit, error) {
+// acquire is Acquire (queue false), Wait (queue true) and WaitHeld
+// (queue and heldAbove true).
+func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, deadline time.Time) (Permit, error) {
 	if c < 0 || c >= numClasses {
 		c = ClassFirst
 	}
@@ -664,7 +664,7 @@ func (l *Limiter) acquire(ctx context.Context, queue, hold bool, c Class, deadli
 	}
 	var exp int64 // what the overload rule expects for the request
 	for {
-		p, w, e, err := l.gate(hold, c, deadline, at)
+		p, w, e, err := l.gate(queue, heldAbove, c, deadline, at)
 		exp = e
 		if err != nil {
 			if queue {
@@ -705,9 +705,10 @@ func (l *Limiter) acquire(ctx context.Context, queue, hold bool, c Class, deadli
 
 // gate applies the overload rule and the suspect phase to a request of
 // class c arriving at at: it refuses it (err), admits it (p), parks it
-// (w, with wait: see suspectWait) or passes it on to the cap (none, with
-// the latency the overload rule expects for it, or 0).
-func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Permit, w *suspectWaiter, expected int64, err error) {
+// (w, with wait: see suspectWait; a request held above only beyond
+// heldPerSlot times the cap, see WaitHeld) or passes it on to the cap
+// (none, with the latency the overload rule expects for it, or 0).
+func (l *Limiter) gate(wait, heldAbove bool, c Class, deadline time.Time, at int64) (p Permit, w *suspectWaiter, expected int64, err error) {
 	switch {
 	case l.overloaded.Load():
 		expected, err := l.overload(c, deadline, l.wall(at))
@@ -724,7 +725,7 @@ func (l *Limiter) gate(wait bool, c Class, deadline time.Time, at int64) (p Perm
 			return Permit{}, nil, 0, err
 		}
 		return Permit{}, nil, expected, nil
-	case wait && l.suspect.Load():
+	case wait && l.suspect.Load() && (!heldAbove || l.inflight.Load() >= heldPerSlot*l.suspectLimit(c)):
 		p, w, err := l.suspectEnter(c, deadline, at)
 		return p, w, 0, err
 	}
@@ -917,11 +918,13 @@ type Permit struct {
 func (p Permit) Trial() bool { return p.trial }
 
 // Held reports whether the request was admitted by the suspect phase of
-// Wait (see Limiter), under the cap of a server that held back what
-// exceeded it or after it waited, once that cap had grown because the
-// server's work became slower rather than queued (slowerWork in
-// suspect.go: it serves some requests fast while its slots complete
-// slowly). The tiers below wait on the same slow work, and need not hold
+// Wait (see Limiter) under the cap of a server that held back what
+// exceeded it, at once or after it waited, once that cap had grown
+// because the server's work became slower rather than queued
+// (slowerWork in suspect.go: it serves some requests fast while its
+// slots complete slowly). Not a waiter let in beyond the cap because
+// its deadline came close, nor the waiters let in at once when the
+// phase ends: the cap bounds neither. The tiers below wait on the same slow work, and need not hold
 // such a request again: this tier's cap bounds what it sends them (see
 // WaitHeld; the interceptor marks the calls for the tiers below). A
 // request held because the server queues is not marked: the tier whose

@@ -59,8 +59,8 @@ type sim struct {
 	// classOf, when set, gives the class of each new request.
 	classOf func() Class
 	// onAdmit, when set, is called with the permit of every request
-	// admitted.
-	onAdmit func(Permit)
+	// admitted, and whether it waited first.
+	onAdmit func(p Permit, waited bool)
 	// wait, when set, is how long an admitted request waits before it
 	// needs a worker (a sleep or a call below that its deadline ends,
 	// as the bench's payment waits), holding no worker.
@@ -311,7 +311,7 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 	if at >= s.l.winEnd.Load() {
 		s.l.roll(at)
 	}
-	p, w, _, err := s.l.gate(true, class, dl, at)
+	p, w, _, err := s.l.gate(true, false, class, dl, at)
 	switch {
 	case w != nil:
 		s.l.admitBefore(w, class, dl) // its timer, as await sets it
@@ -337,7 +337,7 @@ func (s *sim) decide(caller int, class Class, dl time.Time, arrived time.Duratio
 // waits until dl (zero: no deadline).
 func (s *sim) admitted(p Permit, caller int, class Class, arrived time.Duration, dl time.Time) {
 	if s.onAdmit != nil {
-		s.onAdmit(p)
+		s.onAdmit(p, arrived < s.el)
 	}
 	r := &simReq{arrived: arrived, permit: p, caller: caller, class: class, dl: dl}
 	if s.leave && !dl.IsZero() {

@@ -206,16 +206,18 @@ func (g *admissionGuard) admit(s *server, sc *stateCtx, method string, ss grpc.S
 	}
 	dl, _ := sc.Deadline()
 	class, heldAbove := admission.ClassFirst, false
-	if l.Overloaded() || l.Limit() > 0 || l.Suspect() {
-		// The class decides only what is refused, and the held mark
-		// only what is held, so the metadata is read only when
-		// something may be.
+	// The class decides only what is refused, and the held mark only
+	// what is held (protocol 2.7), so the metadata is read only when
+	// something may be.
+	if refusing := l.Overloaded() || l.Limit() > 0; refusing || l.Suspect() {
 		in := sc.st.Info()
-		class = admission.ClassOf(in.Attempt, in.UpstreamRetries)
-		if in.Hedge {
-			class = admission.ClassHedge
+		heldAbove = in.Held
+		if refusing {
+			class = admission.ClassOf(in.Attempt, in.UpstreamRetries)
+			if in.Hedge {
+				class = admission.ClassHedge
+			}
 		}
-		heldAbove = in.Held // a tier above held it (protocol 2.7)
 	}
 	var p admission.Permit
 	var err error

@@ -69,8 +69,9 @@
 // DefaultTierPolicy and TierPolicyConfig alike (see TierPolicy); the
 // exceptions are MetadataTrial, which can get a probe to a dependency the
 // tier's throttle holds down out early, at most one per probe interval,
-// never a retry, and MetadataHeld, which gets a request past the hold of
-// the tier's admission control (never past its refusals).
+// never a retry, and MetadataHeld, which gets requests past the hold of
+// the tier's admission control, up to 8 times its suspect cap in flight
+// (never past its refusals).
 //
 // # Hedging
 //

@@ -47,12 +47,14 @@ const (
 	// (protocol section 2.6).
 	MetadataTrial = "x-stormguard-trial"
 	// MetadataHeld marks the calls made while serving a request that a
-	// tier's admission control held back, because its requests became
-	// slower rather than queued (admission.Permit.Held), or a request
-	// that carried the mark. "1" on every attempt of such a call. A tier
-	// that receives it does not hold the request again in its own
-	// suspect phase (admission.Limiter.WaitHeld): the tier above holds
-	// it, and its cap bounds what it sends below (protocol section 2.7).
+	// tier's admission control admitted under the cap of its suspect
+	// phase, once that cap had grown because its requests became slower
+	// rather than queued (admission.Permit.Held), or a request that
+	// carried the mark. "1" on every attempt of such a call. A tier that
+	// receives it does not hold the request again in its own suspect
+	// phase, up to 8 times its cap in flight (admission.Limiter.WaitHeld):
+	// the tier above holds, and its cap bounds what it sends below
+	// (protocol section 2.7).
 	MetadataHeld = "x-stormguard-held"
 )
 
@@ -93,10 +95,10 @@ type Info struct {
 	// EventRequestReceived, sent before, shows only the mark of a tier
 	// above; FromContext in the handler shows both.
 	Trial bool
-	// Held: this tier's admission control held the request back
-	// (admission.Permit.Held), or a tier above did (MetadataHeld): the
-	// tiers below do not hold it again, and this tier's calls for it
-	// carry the mark on. Marked as Trial is.
+	// Held: this tier's admission control admitted the request under
+	// its suspect cap (admission.Permit.Held), or a tier above did
+	// (MetadataHeld): the tiers below do not hold it again, and this
+	// tier's calls for it carry the mark on. Marked as Trial is.
 	Held bool
 }
 
