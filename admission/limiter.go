@@ -959,13 +959,7 @@ func (p Permit) Release(o Outcome) {
 	if o == Measured || o == Failed || o == Abandoned {
 		at := l.now()
 		if g := l.grew.Load(); g != nil && o != Failed && p.start >= g.at {
-			rtt := max(at-p.start, 0)
-			g.sum.Add(rtt)
 			g.n.Add(1)
-			if o == Measured {
-				g.served.Add(rtt)
-				g.servedN.Add(1)
-			}
 		}
 		if o == Abandoned {
 			l.abandoned.Add(1)
