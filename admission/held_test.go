@@ -60,15 +60,15 @@ func TestWaitHeldIsNotHeldAgain(t *testing.T) {
 	if int64(l.InFlight()) < l.suspectCap.Load() {
 		t.Fatalf("held with %d in flight under the cap of %d", l.InFlight(), l.suspectCap.Load())
 	}
-	// WaitHeld admits beyond the cap, up to heldPerSlot times it, and
+	// WaitHeld admits beyond the cap, up to suspectPerSlot times it, and
 	// holds beyond that (a forged mark gets no more).
-	limit := heldPerSlot * l.suspectCap.Load()
+	limit := suspectPerSlot * l.suspectCap.Load()
 	for i := 0; ; i++ {
 		before := l.InFlight()
 		p, err := l.WaitHeld(gone, ClassFirst, time.Time{})
 		if errors.Is(err, context.Canceled) {
 			if int64(before) != limit {
-				t.Fatalf("WaitHeld held with %d in flight, want %d (%d times the cap)", before, limit, heldPerSlot)
+				t.Fatalf("WaitHeld held with %d in flight, want %d (%d times the cap)", before, limit, suspectPerSlot)
 			}
 			break
 		}

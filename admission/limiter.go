@@ -653,8 +653,11 @@ func (l *Limiter) Acquire(c Class, deadline time.Time) (Permit, error) {
 }
 
 // acquire is Acquire (queue false), Wait (queue true) and WaitHeld
-// (queue and heldAbove true).
+// (queue and heldAbove true); a nil ctx is context.Background().
 func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, deadline time.Time) (Permit, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if c < 0 || c >= numClasses {
 		c = ClassFirst
 	}
@@ -706,7 +709,7 @@ func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, d
 // gate applies the overload rule and the suspect phase to a request of
 // class c arriving at at: it refuses it (err), admits it (p), parks it
 // (w, with wait: see suspectWait; a request held above only beyond
-// heldPerSlot times the cap, see WaitHeld) or passes it on to the cap
+// suspectPerSlot times the cap, see WaitHeld) or passes it on to the cap
 // (none, with the latency the overload rule expects for it, or 0).
 func (l *Limiter) gate(wait, heldAbove bool, c Class, deadline time.Time, at int64) (p Permit, w *suspectWaiter, expected int64, err error) {
 	switch {
@@ -725,7 +728,7 @@ func (l *Limiter) gate(wait, heldAbove bool, c Class, deadline time.Time, at int
 			return Permit{}, nil, 0, err
 		}
 		return Permit{}, nil, expected, nil
-	case wait && l.suspect.Load() && (!heldAbove || l.inflight.Load() >= heldPerSlot*l.suspectLimit(c)):
+	case wait && l.suspect.Load() && (!heldAbove || l.inflight.Load() >= suspectPerSlot*l.suspectLimit(c)):
 		p, w, err := l.suspectEnter(c, deadline, at)
 		return p, w, 0, err
 	}

@@ -46,9 +46,6 @@ type Timers interface {
 // probe runs it holds a request it refuses until the probe ends or ctx
 // does (see Limiter).
 func (l *Limiter) Wait(ctx context.Context, c Class, deadline time.Time) (Permit, error) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	return l.acquire(ctx, true, false, c, deadline)
 }
 
@@ -57,9 +54,8 @@ func (l *Limiter) Wait(ctx context.Context, c Class, deadline time.Time) (Permit
 // cap bounds what that tier sends below, because its work became slower
 // rather than queued). A suspect server admits it at once, beyond its
 // own cap, while fewer than 8 times the cap are in flight, and holds it
-// as Wait does beyond that (see heldPerSlot); the overload rule,
-// Config.MaxInFlight and the queue apply as in Wait, and the request
-// counts as any other.
+// as Wait does beyond that; the overload rule, Config.MaxInFlight and
+// the queue apply as in Wait, and the request counts as any other.
 //
 // Held again at every tier, a request waits once per tier, and each
 // tier's cap grows only on what the tier above lets through. A server
@@ -70,25 +66,17 @@ func (l *Limiter) Wait(ctx context.Context, c Class, deadline time.Time) (Permit
 // read a fraction of what waited, and it held the gateway's requests for
 // over a second; the gateway's suspect phase ran out into an overload
 // that refused about 70 % of a healthy load. Held once, none.
+//
+// The bound: the tier above bounds what it sends, but a mark that was
+// forged, or that reached a dependency off the slow path (a request's
+// calls all carry it), is bounded by nothing else. Every request marked
+// and no bound, a pool of 16 workers at 8 times its capacity held 9 649
+// in flight where it held 122, and learnt a base of 514 ms where it
+// learnt 10 ms (a review's simulation). The mix that the mark serves
+// needs about 40 in flight at the order tier, whose cap starts at 6.
 func (l *Limiter) WaitHeld(ctx context.Context, c Class, deadline time.Time) (Permit, error) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	return l.acquire(ctx, true, true, c, deadline)
 }
-
-// heldPerSlot bounds WaitHeld: a suspect server admits requests held
-// above beyond its cap while fewer than heldPerSlot times the cap are in
-// flight (the bound of the waiters that make it overloaded at once, see
-// maxSuspectQueue), and holds them as Wait does beyond. The tier above
-// bounds what it sends, but a mark that was forged, or that reached a
-// dependency off the slow path (a request's calls all carry it), is
-// bounded by nothing else: every request marked, a pool of 16 workers
-// at 8 times its capacity held 9 649 in flight where it held 122, and
-// learnt a base of 514 ms where it learnt 10 ms (a review's
-// simulation). The mix that the mark serves needs about 40 in flight at
-// the order tier, whose cap starts at 6.
-const heldPerSlot = 8
 
 // Queue returns the number of requests waiting in the queue.
 func (l *Limiter) Queue() int {

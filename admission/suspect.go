@@ -41,11 +41,14 @@ const (
 	// the cost of waiting is only that the requests refused at the end
 	// waited that long first, and the goroutines that wait.
 	suspectWindows = 30
-	// maxSuspectQueue waiters (or 8 per slot of the cap, if more) make a
-	// suspect server overloaded at once: no closed loop of callers waits
-	// in such numbers behind so few slots, and an open loop at 8 times a
-	// server's capacity fills it in tens of milliseconds.
+	// maxSuspectQueue waiters (or suspectPerSlot per slot of the cap, if
+	// more) make a suspect server overloaded at once: no closed loop of
+	// callers waits in such numbers behind so few slots, and an open loop
+	// at 8 times a server's capacity fills it in tens of milliseconds.
+	// suspectPerSlot times the cap in flight also bounds what WaitHeld
+	// admits beyond the cap.
 	maxSuspectQueue = 4096
+	suspectPerSlot  = 8
 	// minSuspectCap is the least concurrency a suspect server keeps.
 	minSuspectCap = 4
 	// suspectMaxWindows bounds the wait for a server whose expected
@@ -574,7 +577,7 @@ func (l *Limiter) whileSuspect(win window) {
 	l.sq.mu.Lock()
 	waiting := l.sq.live()
 	l.sq.mu.Unlock()
-	full := waiting > max(maxSuspectQueue, 8*l.suspectCap.Load())
+	full := waiting > max(maxSuspectQueue, suspectPerSlot*l.suspectCap.Load())
 	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}

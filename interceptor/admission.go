@@ -232,12 +232,7 @@ func (g *admissionGuard) admit(s *server, sc *stateCtx, method string, ss grpc.S
 		return nil
 	case err == nil:
 		sc.st.permit = p
-		if p.Trial() {
-			sc.st.markTrial()
-		}
-		if p.Held() {
-			sc.st.markHeld()
-		}
+		sc.st.markAdmitted(p)
 		return nil
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		// The caller left while the request waited in the queue.

@@ -124,22 +124,18 @@ type serverState struct {
 	info   Info
 }
 
-// markTrial records in the request's Info that admission control let it
-// in as a trial. It is called before the handler runs, and parses the
-// Info first, which would otherwise overwrite the mark.
-func (st *serverState) markTrial() {
+// markAdmitted records in the request's Info what its admission told of
+// it: a trial (admission.Permit.Trial), or admitted under the suspect
+// cap (admission.Permit.Held). It is called before the handler runs, and
+// parses the Info first, which would otherwise overwrite the marks.
+func (st *serverState) markAdmitted(p admission.Permit) {
+	if !p.Trial() && !p.Held() {
+		return
+	}
 	st.Info()
 	st.mu.Lock()
-	st.info.Trial = true
-	st.mu.Unlock()
-}
-
-// markHeld records in the request's Info that admission control
-// admitted it in its suspect phase, as markTrial does for a trial.
-func (st *serverState) markHeld() {
-	st.Info()
-	st.mu.Lock()
-	st.info.Held = true
+	st.info.Trial = st.info.Trial || p.Trial()
+	st.info.Held = st.info.Held || p.Held()
 	st.mu.Unlock()
 }
 
