@@ -143,7 +143,8 @@ const (
 )
 
 // The answer probe (see startAnswerProbe): within closedMemory windows
-// of a closed loop found, a suspect phase that runs out holds the
+// of a closed loop found, or where no waiting caller set a deadline, a
+// suspect phase that runs out holds the
 // answers of what it serves for answerHold, a time rather than windows
 // (a caller's round trip and the answers it waits for do not scale with
 // Config.Window), and reads the arrivals of its second half. 80 ms, as
@@ -335,8 +336,9 @@ func (c *Config) resolve() error {
 // longer than the suspect phase tells itself apart when refused, and the
 // server is suspect again, its waiters served oldest first; see
 // verdict). Within 100 windows (a second by default) of a closed loop
-// found, a suspect phase that runs out first holds its answers for 80
-// ms (HoldAnswer; where about 800 requests a second or more arrive): a
+// found, or where none of its waiting callers set a deadline, a
+// suspect phase that runs out first holds its answers for up to 80 ms
+// (HoldAnswer; where about 800 requests a second or more arrive): a
 // closed loop's arrivals fall below half their rate, and the server is
 // suspect again without refusing anyone (see startAnswerProbe). While
 // overloaded, the server expects a new request to need
@@ -1836,6 +1838,18 @@ func (p *pause) end(l *Limiter, h *chan struct{}) (fell, ok bool) {
 	fell = p.mid > 0 && dur >= int64(p.half)/2 && float64(offered)/float64(dur) < closedRatio*p.rate
 	p.stop()
 	return fell, true
+}
+
+// surelyOpen reports whether p runs and its second half has already
+// seen the offered arrivals that make its end find no fall (see end):
+// closedRatio times the rate before over the half. l.mu is held.
+func (p *pause) surelyOpen(l *Limiter) bool {
+	if !p.on || p.mid == 0 {
+		return false
+	}
+	c := l.counters()
+	offered := (c.arrived + c.refused) - (p.start.arrived + p.start.refused)
+	return float64(offered) >= closedRatio*p.rate*float64(p.half)
 }
 
 // stop ends p, if it runs: its channel is cleared and closed, and

@@ -1012,3 +1012,50 @@ func TestBurstyCompletionsKeepOverload(t *testing.T) {
 		}
 	}
 }
+
+// An open-loop overload whose callers set no deadline pays for the
+// answer probe that tells it from a load test's ramp (see
+// TestRampWithoutDeadlinesNeverRefused): once, at its start, the
+// answers of what it serves wait until the probe finds the arrivals
+// did not fall (up to 80 ms: answerHold, less once the second half has
+// seen enough arrivals). The overload is declared as with deadlines,
+// and served at capacity with the target's latency after that slice.
+// With deadlines nothing is held (TestOpenLoopOverload). Not at 4x
+// and more: the waiters fill the suspect queue, and the overload
+// begins at once.
+func TestOpenLoopWithoutDeadlinesHeldOnce(t *testing.T) {
+	const capacity = 8000.0 // 8 workers, 1 ms each
+	for _, factor := range []float64{1.5, 2, 4} {
+		t.Run(fmt.Sprint(factor), func(t *testing.T) {
+			s := newSim(t, Config{}, 8, time.Millisecond, 3)
+			s.open(0.5*capacity, 0, time.Second, 0)
+			s.open(factor*capacity, time.Second, 3*time.Second, 0)
+			s.open(0.5*capacity, 3*time.Second, 4*time.Second, 0)
+			s.run(5 * time.Second)
+			worst := time.Duration(0)
+			for from := time.Second; from < 3*time.Second; from += 250 * time.Millisecond {
+				refused, served, p99 := s.in(from, from+250*time.Millisecond)
+				t.Logf("%v: refused %d served %d p99 %v", from, refused, served, p99)
+				if p99 > 24*time.Millisecond {
+					if worst > 0 {
+						t.Errorf("%.1fx: p99 %v in a second slice of the overload (%v), want one slice at most above 24ms", factor, p99, from)
+					}
+					worst = p99
+				}
+			}
+			if want := 24*time.Millisecond + answerHold; worst > want {
+				t.Errorf("%.1fx: p99 %v in the probe's slice, want <= %v (24 ms and one hold)", factor, worst, want)
+			}
+			refused, served, _ := s.in(1250*time.Millisecond, 3*time.Second)
+			if refused == 0 {
+				t.Errorf("%.1fx: nothing refused in the overload", factor)
+			}
+			if rate := float64(served) / 1.75; rate < 0.9*capacity {
+				t.Errorf("%.1fx: served %.0f/s during the overload, want >= 0.9 x %.0f", factor, rate, capacity)
+			}
+			if refused, _, _ := s.in(3100*time.Millisecond, 4*time.Second); refused != 0 {
+				t.Errorf("%.1fx: %d refused from 100 ms after the overload", factor, refused)
+			}
+		})
+	}
+}

@@ -137,7 +137,8 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 
 // startAnswerProbe starts the answer probe of a suspect phase that ran
 // out within closedMemory windows of a closed loop found (a verdict, or
-// an answer probe): the answers to the requests it serves are held for
+// an answer probe), or with no deadline among its waiting callers: the
+// answers to the requests it serves are held for
 // answerHold (HoldAnswer), and the offered arrivals of the second half
 // compared with those before, as an overload's probe does with its
 // refusals; not where fewer than probeArrivals are expected in that
@@ -145,9 +146,11 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 // arrivals fall to what is new (a ramp's next callers), and the server
 // is suspect again, with no refusal (endAnswerProbe). An open loop's go
 // on: the phase ends in an overload at its next window, as it would have
-// without the probe, a probe's length later. It reports whether the probe
-// started: not with too few arrivals to compare, nor where the callers
-// waiting could not be served within their deadlines. l.mu is held.
+// without the probe, a probe's length later (sooner, once the second
+// half has seen the arrivals that make a fall impossible: surelyOpen).
+// It reports whether the probe started: not with too few arrivals to
+// compare, nor where the callers waiting could not be served within
+// their deadlines. l.mu is held.
 //
 // Without it, every suspect phase that a load test's ramp outlasted (ghz
 // adding 8 callers every 25 ms up to 512 or 1 024) became an overload,
@@ -171,6 +174,18 @@ func (l *Limiter) startAnswerProbe() bool {
 	live, budget := l.sq.liveBudget()
 	l.sq.mu.Unlock()
 	if per := l.perDone.Load(); budget > 0 && (per == 0 || (l.inflight.Load()+live)*per > budget) {
+		return false
+	}
+	// Before any closed loop is found, only where none of the waiting
+	// callers set a deadline: they would rather wait than fail, and a
+	// load test's ramp (ghz's --timeout 0) is told without a refusal.
+	// An open loop of such callers pays the hold once, at its
+	// overload's start (TestOpenLoopWithoutDeadlinesHeldOnce); one with
+	// deadlines holds nothing, its verdict refuses as before
+	// (TestOpenLoopOverload: p99 within the target in every slice).
+	// And only with callers waiting: the answers held are those of
+	// requests admitted alongside them.
+	if !l.closedLately() && (budget > 0 || live == 0) {
 		return false
 	}
 	l.answerProbe.begin(l, rate, half, l.endAnswerProbe)
@@ -222,7 +237,8 @@ func (l *Limiter) closedLately() bool {
 // Permit.Release, before answering: the interceptor does. A hold lasts
 // 80 ms at most, once per suspect phase that runs out within 100
 // windows (a second by default) of a closed loop of callers found (a
-// load test still ramping its callers up); a caller of Release that
+// load test still ramping its callers up), or while none of its
+// waiting callers set a deadline; a caller of Release that
 // does not call it only makes the limiter take such a closed loop for
 // an open one, and refuse what a verdict needs to tell them apart, as
 // before there was a hold.
@@ -581,7 +597,13 @@ func (l *Limiter) whileSuspect(win window) {
 	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}
-	if !full && (l.answerProbe.on || l.closedLately() && !l.answerTried && l.startAnswerProbe()) {
+	if l.answerProbe.on && l.answerProbe.surelyOpen(l) {
+		// The second half already holds too many arrivals to fall: an
+		// open loop, whose answers need wait no longer.
+		l.answerProbe.stop()
+		l.answerTried = true
+	}
+	if !full && (l.answerProbe.on || !l.answerTried && l.startAnswerProbe()) {
 		return
 	}
 	l.answerProbe.stop()
