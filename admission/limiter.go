@@ -1832,8 +1832,7 @@ func (p *pause) end(l *Limiter, h *chan struct{}) (fell, ok bool) {
 	if !p.holds(h) {
 		return false, false
 	}
-	c := l.counters()
-	offered := (c.arrived + c.refused) - (p.start.arrived + p.start.refused)
+	offered := p.offered(l)
 	dur := l.now() - p.mid
 	fell = p.mid > 0 && dur >= int64(p.half)/2 && float64(offered)/float64(dur) < closedRatio*p.rate
 	p.stop()
@@ -1844,12 +1843,14 @@ func (p *pause) end(l *Limiter, h *chan struct{}) (fell, ok bool) {
 // seen the offered arrivals that make its end find no fall (see end):
 // closedRatio times the rate before over the half. l.mu is held.
 func (p *pause) surelyOpen(l *Limiter) bool {
-	if !p.on || p.mid == 0 {
-		return false
-	}
+	return p.on && p.mid > 0 && float64(p.offered(l)) >= closedRatio*p.rate*float64(p.half)
+}
+
+// offered returns the requests offered (arrived or refused) since p's
+// half-way point. l.mu is held.
+func (p *pause) offered(l *Limiter) int64 {
 	c := l.counters()
-	offered := (c.arrived + c.refused) - (p.start.arrived + p.start.refused)
-	return float64(offered) >= closedRatio*p.rate*float64(p.half)
+	return (c.arrived + c.refused) - (p.start.arrived + p.start.refused)
 }
 
 // stop ends p, if it runs: its channel is cleared and closed, and

@@ -1015,7 +1015,7 @@ func TestBurstyCompletionsKeepOverload(t *testing.T) {
 
 // An open-loop overload whose callers set no deadline pays for the
 // answer probe that tells it from a load test's ramp (see
-// TestRampWithoutDeadlinesNeverRefused): once, at its start, the
+// TestLongRampBarelyRefused): once, at its start, the
 // answers of what it serves wait until the probe finds the arrivals
 // did not fall (up to 80 ms: answerHold, less once the second half has
 // seen enough arrivals). The overload is declared as with deadlines,

@@ -597,7 +597,7 @@ func (l *Limiter) whileSuspect(win window) {
 	if !full && l.suspectFor < l.suspectMax && l.suspectAll < suspectMaxWindows {
 		return
 	}
-	if l.answerProbe.on && l.answerProbe.surelyOpen(l) {
+	if l.answerProbe.surelyOpen(l) {
 		// The second half already holds too many arrivals to fall: an
 		// open loop, whose answers need wait no longer.
 		l.answerProbe.stop()
