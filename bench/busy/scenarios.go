@@ -113,16 +113,16 @@ type Params struct {
 
 	// 7. A load test that ramps up: payment a worker pool (RampWork),
 	// the fixed-concurrency load's callers started as Ramp says, up to
-	// each of RampCallers, for RampLength, each request with
-	// RampDeadline; slices of RampSlice. Healthy: every refusal is one
-	// too many.
-	RampWork     Work
-	Ramp         Ramp
-	RampCallers  []int
-	RampLength   time.Duration
-	RampDeadline time.Duration
-	RampSlice    time.Duration
-	RampStacks   []string
+	// each of RampCallers, for RampLength, each request with each of
+	// RampDeadlines in turn; slices of RampSlice. Healthy: every
+	// refusal is one too many.
+	RampWork      Work
+	Ramp          Ramp
+	RampCallers   []int
+	RampLength    time.Duration
+	RampDeadlines []time.Duration
+	RampSlice     time.Duration
+	RampStacks    []string
 
 	// 8. Slow requests next to fast ones: payment waits MixWork (Wait
 	// for a fast request, about SlowWait for a slow one; no pool: it
@@ -261,13 +261,15 @@ var DefaultParams = Params{
 	StartStacks:   []string{baseline, "recommended", "recommended-health"},
 
 	// 700 ok/s; 16 callers, then 8 more every 25 ms: 512 in 1.55 s, 1 024
-	// in 3.1 s (ghz --concurrency-schedule step).
-	RampWork:    Work{Workers: 4, Hold: 5 * time.Millisecond},
-	Ramp:        Ramp{Start: 16, Step: 8, Every: 25 * time.Millisecond},
-	RampCallers: []int{128, 512, 1024},
-	RampLength:  4 * time.Second,
-	RampSlice:   500 * time.Millisecond,
-	RampStacks:  withStacks(true),
+	// in 3.1 s (ghz --concurrency-schedule step). Without a deadline
+	// (ghz --timeout 0) and with ghz's default of 20 s.
+	RampWork:      Work{Workers: 4, Hold: 5 * time.Millisecond},
+	Ramp:          Ramp{Start: 16, Step: 8, Every: 25 * time.Millisecond},
+	RampCallers:   []int{128, 512, 1024},
+	RampLength:    4 * time.Second,
+	RampDeadlines: []time.Duration{0, 20 * time.Second},
+	RampSlice:     500 * time.Millisecond,
+	RampStacks:    withStacks(true),
 
 	// The review grid's slow mix (admission/testdata/review): about 40
 	// slow requests in flight, at most 300 ms each.
@@ -622,29 +624,34 @@ func (h *Harness) ramp(ctx context.Context) error {
 	stacks := h.stacks(p.RampStacks)
 	fmt.Fprintf(h.Out, "## 7. A load test that ramps up\n\n"+
 		"Payment is a pool of %d workers of %v; gateway and order forward. %s at a fixed concurrency whose callers start over time: "+
-		"%d at once, then %d more every %v, up to the number of callers (ghz --concurrency-schedule step), for %v per run, %s; "+
+		"%d at once, then %d more every %v, up to the number of callers (ghz --concurrency-schedule step), for %v per run; "+
 		"median of %d interleaved runs. Nothing is overloaded (a closed loop at capacity): every refusal is one too many.\n\n",
-		p.RampWork.Workers, p.RampWork.Hold, h.Load.Name(), p.Ramp.Start, p.Ramp.Step, p.Ramp.Every, p.RampLength, deadline(p.RampDeadline), h.Runs)
-	t := newTable(fixedHead...)
-	var last map[string][]Slice // of the most callers
-	for _, n := range p.RampCallers {
-		spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{p.RampWork}} }
-		d := func(ctx context.Context, c *Chain) (Result, error) {
-			return h.Load.Ramped(ctx, c.Addr(), n, p.Ramp, p.RampLength, p.RampDeadline)
+		p.RampWork.Workers, p.RampWork.Hold, h.Load.Name(), p.Ramp.Start, p.Ramp.Step, p.Ramp.Every, p.RampLength, h.Runs)
+	for _, dl := range p.RampDeadlines {
+		t := newTable(fixedHead...)
+		var last map[string][]Slice // of the most callers
+		for _, n := range p.RampCallers {
+			spec := func(string) ChainSpec { return ChainSpec{Payments: []Work{p.RampWork}} }
+			d := func(ctx context.Context, c *Chain) (Result, error) {
+				return h.Load.Ramped(ctx, c.Addr(), n, p.Ramp, p.RampLength, dl)
+			}
+			runs, err := h.runCase(ctx, fmt.Sprintf("ramp, %s, %d callers", deadline(dl), n), stacks, spec, d)
+			if err != nil {
+				return err
+			}
+			med := medianFigures(runs, 0, 0)
+			for _, s := range stacks {
+				fixedRow(t, n, s, med[s], med[baseline])
+			}
+			last = medianSlicesOf(runs, p.RampSlice)
 		}
-		runs, err := h.runCase(ctx, fmt.Sprintf("ramp, %d callers", n), stacks, spec, d)
-		if err != nil {
-			return err
-		}
-		med := medianFigures(runs, 0, 0)
-		for _, s := range stacks {
-			fixedRow(t, n, s, med[s], med[baseline])
-		}
-		last = medianSlicesOf(runs, p.RampSlice)
+		fmt.Fprintf(h.Out, "### 7. Ramp: %s\n\n", deadline(dl))
+		t.write(h.Out)
+		n := p.RampCallers[len(p.RampCallers)-1]
+		h.sliceTable(stacks, last, p.RampSlice, 0, fmt.Sprintf("success and p99 of successes at %d callers, %s", n, deadline(dl)), func(sl Slice) string {
+			return pct(sl.Success) + ", " + ms(sl.P99OK)
+		})
 	}
-	t.write(h.Out)
-	n := p.RampCallers[len(p.RampCallers)-1]
-	h.sliceTable(stacks, last, p.RampSlice, 0, fmt.Sprintf("success at %d callers", n), func(sl Slice) string { return pct(sl.Success) })
 	return nil
 }
 

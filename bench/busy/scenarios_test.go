@@ -106,13 +106,13 @@ func testParams(t *testing.T) Params {
 
 		// A pool of 100/s (as the overload's) that 64 callers ramping
 		// over 375 ms hold at 640 ms of latency.
-		RampWork:     Work{Workers: 2, Hold: 5 * time.Millisecond},
-		Ramp:         Ramp{Start: 8, Step: 4, Every: 25 * time.Millisecond},
-		RampCallers:  []int{256},
-		RampLength:   2500 * time.Millisecond,
-		RampDeadline: 5 * time.Second,
-		RampSlice:    500 * time.Millisecond,
-		RampStacks:   []string{baseline, "recommended"},
+		RampWork:      Work{Workers: 2, Hold: 5 * time.Millisecond},
+		Ramp:          Ramp{Start: 8, Step: 4, Every: 25 * time.Millisecond},
+		RampCallers:   []int{256},
+		RampLength:    2500 * time.Millisecond,
+		RampDeadlines: []time.Duration{5 * time.Second},
+		RampSlice:     500 * time.Millisecond,
+		RampStacks:    []string{baseline, "recommended"},
 
 		MixWork:     Work{Wait: 4500 * time.Microsecond, SlowWait: 200 * time.Millisecond},
 		MixFast:     50,
