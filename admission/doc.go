@@ -114,8 +114,9 @@
 // with some of the newest waiters refused at once where the first window
 // does not tell (their callers come back if they are a closed loop).
 // Once a verdict has found a closed loop, or where none of the callers
-// waiting set a deadline, the suspect phases the ramp outlasts are told
-// without a refusal: the server holds its
+// waiting set a deadline of a second or less (none at all, or a load
+// tool's default: ghz sends 20 s), the suspect phases the ramp outlasts
+// are told without a refusal: the server holds its
 // answers for 80 ms (Limiter.HoldAnswer, which the interceptor calls
 // after each request), and a closed loop's arrivals fall to its new
 // callers while an open loop's go on (not where the callers waiting
@@ -125,9 +126,10 @@
 // their requests refused a run with a verdict in every phase, 93-94 and
 // 93-97 with the hold after the first verdict (3 runs each,
 // interleaved; none without a limiter), and none once callers without
-// a deadline (ghz's --timeout 0) met no verdict at all (the price: an
-// open-loop overload of such callers holds its answers once, at its
-// start, up to 80 ms); before the bar fell and
+// a deadline (ghz's --timeout 0) or with ghz's default of 20 s met no
+// verdict at all (the price: an open-loop overload of such callers
+// holds its answers once, at its start, up to 80 ms; callers whose
+// deadlines are a second or less still meet the verdict); before the bar fell and
 // waiters were refused to tell, a spin that came back slowly (a
 // CPU-saturated chain) was taken for an open loop in 8 of 16 runs and
 // refused until the next probe, 8 400-22 200 a run (2026-12-07).

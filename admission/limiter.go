@@ -143,16 +143,26 @@ const (
 )
 
 // The answer probe (see startAnswerProbe): within closedMemory windows
-// of a closed loop found, or where no waiting caller set a deadline, a
-// suspect phase that runs out holds the
+// of a closed loop found, or where no waiting caller set a deadline of
+// patientBudget or less, a suspect phase that runs out holds the
 // answers of what it serves for answerHold, a time rather than windows
 // (a caller's round trip and the answers it waits for do not scale with
 // Config.Window), and reads the arrivals of its second half. 80 ms, as
 // an overload's probe at the default window: over TCP, a ramp's
 // arrivals fell to 0.18-0.44 of the rate before during the hold.
+//
+// patientBudget: before a closed loop is found, the probe runs only
+// where every waiting caller is patient, its deadline leaving more
+// than this when it began to wait (or no deadline at all): a second,
+// the longest deadline of interactive callers, and the one this
+// package's overload tests and busy's give their open loops, which a
+// verdict tells without a hold. Load tools send longer ones (ghz 20 s
+// by default), as do batch jobs; for them the hold is a small part of
+// their wait.
 const (
-	closedMemory = 100
-	answerHold   = 80 * time.Millisecond
+	closedMemory  = 100
+	answerHold    = 80 * time.Millisecond
+	patientBudget = time.Second
 )
 
 // ErrInvalidConfig is wrapped by the error New returns for an invalid
@@ -336,11 +346,12 @@ func (c *Config) resolve() error {
 // longer than the suspect phase tells itself apart when refused, and the
 // server is suspect again, its waiters served oldest first; see
 // verdict). Within 100 windows (a second by default) of a closed loop
-// found, or where none of its waiting callers set a deadline, a
-// suspect phase that runs out first holds its answers for up to 80 ms
-// (HoldAnswer; where about 800 requests a second or more arrive): a
-// closed loop's arrivals fall below half their rate, and the server is
-// suspect again without refusing anyone (see startAnswerProbe). While
+// found, or where none of its waiting callers set a deadline of a
+// second or less (no deadline, or a load tool's 20 s), a suspect phase
+// that runs out first holds its answers for up to 80 ms (HoldAnswer;
+// where about 800 requests a second or more arrive): a closed loop's
+// arrivals fall below half their rate, and the server is suspect again
+// without refusing anyone (see startAnswerProbe). While
 // overloaded, the server expects a new request to need
 //
 //	expected = (in flight + 1) x (time per completion over the last 4 windows)

@@ -1013,24 +1013,28 @@ func TestBurstyCompletionsKeepOverload(t *testing.T) {
 	}
 }
 
-// An open-loop overload whose callers set no deadline pays for the
-// answer probe that tells it from a load test's ramp (see
-// TestLongRampBarelyRefused): once, at its start, the
-// answers of what it serves wait until the probe finds the arrivals
-// did not fall (up to 80 ms: answerHold, less once the second half has
-// seen enough arrivals). The overload is declared as with deadlines,
-// and served at capacity with the target's latency after that slice.
-// With deadlines nothing is held (TestOpenLoopOverload). Not at 4x
-// and more: the waiters fill the suspect queue, and the overload
-// begins at once.
-func TestOpenLoopWithoutDeadlinesHeldOnce(t *testing.T) {
+// An open-loop overload whose callers set no deadline, or one longer
+// than a second (patientBudget), pays for the answer probe that tells
+// it from a load test's ramp (see TestLongRampBarelyRefused): once, at
+// its start, the answers of what it serves wait until the probe finds
+// the arrivals did not fall (up to 80 ms: answerHold, less once the
+// second half has seen enough arrivals). The overload is declared as
+// with short deadlines, and served at capacity with the target's
+// latency after that slice. With deadlines of a second nothing is held
+// (TestOpenLoopOverload). Not at 4x and more: the waiters fill the
+// suspect queue, and the overload begins at once.
+func TestPatientOpenLoopHeldOnce(t *testing.T) {
 	const capacity = 8000.0 // 8 workers, 1 ms each
-	for _, factor := range []float64{1.5, 2, 4} {
-		t.Run(fmt.Sprint(factor), func(t *testing.T) {
+	for _, tc := range []struct {
+		factor   float64
+		deadline time.Duration
+	}{{1.5, 0}, {2, 0}, {4, 0}, {1.5, 20 * time.Second}, {2, 2 * time.Second}} {
+		factor := tc.factor
+		t.Run(fmt.Sprintf("%vx, deadline %v", factor, tc.deadline), func(t *testing.T) {
 			s := newSim(t, Config{}, 8, time.Millisecond, 3)
-			s.open(0.5*capacity, 0, time.Second, 0)
-			s.open(factor*capacity, time.Second, 3*time.Second, 0)
-			s.open(0.5*capacity, 3*time.Second, 4*time.Second, 0)
+			s.open(0.5*capacity, 0, time.Second, tc.deadline)
+			s.open(factor*capacity, time.Second, 3*time.Second, tc.deadline)
+			s.open(0.5*capacity, 3*time.Second, 4*time.Second, tc.deadline)
 			s.run(5 * time.Second)
 			worst := time.Duration(0)
 			for from := time.Second; from < 3*time.Second; from += 250 * time.Millisecond {

@@ -137,7 +137,8 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 
 // startAnswerProbe starts the answer probe of a suspect phase that ran
 // out within closedMemory windows of a closed loop found (a verdict, or
-// an answer probe), or with no deadline among its waiting callers: the
+// an answer probe), or with no deadline of a second or less among its
+// waiting callers: the
 // answers to the requests it serves are held for
 // answerHold (HoldAnswer), and the offered arrivals of the second half
 // compared with those before, as an overload's probe does with its
@@ -177,15 +178,17 @@ func (l *Limiter) startAnswerProbe() bool {
 		return false
 	}
 	// Before any closed loop is found, only where none of the waiting
-	// callers set a deadline: they would rather wait than fail, and a
-	// load test's ramp (ghz's --timeout 0) is told without a refusal.
-	// An open loop of such callers pays the hold once, at its
-	// overload's start (TestOpenLoopWithoutDeadlinesHeldOnce); one with
-	// deadlines holds nothing, its verdict refuses as before
+	// callers is in a hurry: none set a deadline, or none of them a
+	// deadline of a second or less (patientBudget). They would rather
+	// wait than fail, and a load test's ramp is told without a refusal
+	// (ghz's --timeout 0, and its default of 20 s). An open loop of
+	// such callers pays the hold once, at its overload's start
+	// (TestPatientOpenLoopHeldOnce); one whose callers give a second
+	// or less holds nothing, its verdict refuses as before
 	// (TestOpenLoopOverload: p99 within the target in every slice).
 	// And only with callers waiting: the answers held are those of
 	// requests admitted alongside them.
-	if !l.closedLately() && (budget > 0 || live == 0) {
+	if !l.closedLately() && (budget > 0 && budget <= int64(patientBudget) || live == 0) {
 		return false
 	}
 	l.answerProbe.begin(l, rate, half, l.endAnswerProbe)
@@ -238,7 +241,7 @@ func (l *Limiter) closedLately() bool {
 // 80 ms at most, once per suspect phase that runs out within 100
 // windows (a second by default) of a closed loop of callers found (a
 // load test still ramping its callers up), or while none of its
-// waiting callers set a deadline; a caller of Release that
+// waiting callers set a deadline of a second or less; a caller of Release that
 // does not call it only makes the limiter take such a closed loop for
 // an open one, and refuse what a verdict needs to tell them apart, as
 // before there was a hold.

@@ -165,8 +165,8 @@ func (g *admissionGuard) limiter() *admission.Limiter { return (*admission.Limit
 // A unary call's answer then waits while the limiter holds its answers
 // (admission.Limiter.HoldAnswer: at most 80 ms, once per suspect phase
 // that runs out within 100 windows of a closed loop of callers found, or
-// with no deadline among its waiting callers),
-// so that a load test ramping its callers up is told from an open-loop
+// with no deadline of a second or less among its waiting callers), so
+// that a load test ramping its callers up is told from an open-loop
 // overload without refusing any of them. A stream, whose slot was
 // given back when it began, and a handler that panicked are not held.
 func (g *admissionGuard) done(_ *server, sc *stateCtx, err error) {
