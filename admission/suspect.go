@@ -138,8 +138,7 @@ func (l *Limiter) becomeSuspect(win window, per int64) {
 // startAnswerProbe starts the answer probe of a suspect phase that ran
 // out within closedMemory windows of a closed loop found (a verdict, or
 // an answer probe), or with no deadline of a second or less among its
-// waiting callers: the
-// answers to the requests it serves are held for
+// waiting callers: the answers to the requests it serves are held for
 // answerHold (HoldAnswer), and the offered arrivals of the second half
 // compared with those before, as an overload's probe does with its
 // refusals; not where fewer than probeArrivals are expected in that
@@ -241,10 +240,10 @@ func (l *Limiter) closedLately() bool {
 // 80 ms at most, once per suspect phase that runs out within 100
 // windows (a second by default) of a closed loop of callers found (a
 // load test still ramping its callers up), or while none of its
-// waiting callers set a deadline of a second or less; a caller of Release that
-// does not call it only makes the limiter take such a closed loop for
-// an open one, and refuse what a verdict needs to tell them apart, as
-// before there was a hold.
+// waiting callers set a deadline of a second or less; a caller of
+// Release that does not call it only makes the limiter take such a
+// closed loop for an open one, and refuse what a verdict needs to tell
+// them apart, as before there was a hold.
 func (l *Limiter) HoldAnswer(ctx context.Context) { l.answerProbe.await(ctx) }
 
 // suspectLength returns how many windows without growth the server may
