@@ -213,3 +213,83 @@ func TestHeldOnlyWhereTheWorkBecameSlower(t *testing.T) {
 		}
 	}
 }
+
+// The requests held above that a suspect server admitted beyond its cap
+// (WaitHeld) leave the cap to its own requests (Wait): those wait only
+// while as many of its own are in flight as the cap. Counted against
+// it, the held requests filled the cap of payment below a gateway that
+// held the slow mix (busy's mix over TCP: 47 of them in flight, the cap
+// 6), and the gateway's requests that its calm end let in, unmarked,
+// waited until the cap had grown past the held ones: payment's phase
+// ran out into an overload first, and refused 837 of a healthy load.
+func TestHeldAboveLeaveTheCapToOwnRequests(t *testing.T) {
+	l, clk := newLimiter(t, Config{Window: time.Second})
+	var own []Permit
+	for i := 0; !l.Suspect(); i++ {
+		if i == 100 || l.Overloaded() {
+			t.Fatalf("not suspect after %d s of 40 arrivals and 10 completions a second: %+v", i, l.Stats())
+		}
+		for range 40 {
+			p, err := l.Acquire(ClassFirst, time.Time{})
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			own = append(own, p)
+		}
+		clk.Advance(time.Second)
+		for _, p := range own[:10] {
+			p.Release(Measured)
+		}
+		own = own[10:]
+	}
+	// Room for two of its own under the cap (the clock stands still: no
+	// window ends).
+	limit := l.suspectCap.Load()
+	for int64(len(own)) > limit-2 {
+		own[0].Release(Measured)
+		own = own[1:]
+	}
+	for int64(len(own)) < limit-2 {
+		p, err := l.Acquire(ClassFirst, time.Time{}) // Acquire holds no one
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+		own = append(own, p)
+	}
+	// As many held above as the cap, beyond it.
+	var held []Permit
+	for range limit {
+		p, err := l.WaitHeld(context.Background(), ClassFirst, time.Time{})
+		if err != nil {
+			t.Fatalf("WaitHeld: %v", err)
+		}
+		held = append(held, p)
+	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel() // a request that would wait returns at once with Canceled
+	wait := func(want bool, when string) {
+		t.Helper()
+		p, err := l.Wait(gone, ClassFirst, time.Time{})
+		if got := err == nil; got != want {
+			t.Fatalf("%s (%d in flight, %d of them its own, cap %d): Wait admitted %v (err %v), want %v", when, l.InFlight(), len(own), limit, got, err, want)
+		}
+		if err == nil {
+			own = append(own, p)
+		}
+	}
+	wait(true, "two below the cap of its own")
+	wait(true, "one below the cap of its own")
+	wait(false, "its own at the cap")
+	held[0].Release(Measured)
+	held = held[1:]
+	wait(false, "its own at the cap, a held one gone")
+	own[0].Release(Measured)
+	own = own[1:]
+	wait(true, "one of its own gone")
+	if !l.Suspect() {
+		t.Fatal("no longer suspect: the test tests nothing")
+	}
+	for _, p := range append(own, held...) {
+		p.Release(Measured)
+	}
+}

@@ -410,7 +410,10 @@ type Limiter struct {
 	// since New are inflight + completions (Measured and Failed), so
 	// that Acquire changes one counter: a request released Ignored is
 	// then neither an arrival nor a completion.
-	inflight  atomic.Int64
+	inflight atomic.Int64
+	// heldIn: the requests held above (WaitHeld) that a suspect phase
+	// admitted beyond its cap, still in flight (see takeUnheld).
+	heldIn    atomic.Int64
 	latSum    atomic.Int64 // nanoseconds of Measured latencies, since New
 	latN      atomic.Int64 // Measured completions, since New
 	okAt      atomic.Int64 // nanoseconds since origin at the last Measured release
@@ -679,6 +682,7 @@ func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, d
 		l.roll(at)
 	}
 	var exp int64 // what the overload rule expects for the request
+	above := false
 	for {
 		p, w, e, err := l.gate(queue, heldAbove, c, deadline, at)
 		exp = e
@@ -692,6 +696,7 @@ func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, d
 			return p, nil
 		}
 		if w == nil {
+			above = queue && heldAbove && l.suspect.Load()
 			break
 		}
 		if p, err, settled := l.await(ctx, w, c, deadline); settled {
@@ -704,6 +709,10 @@ func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, d
 	if l.capAll == 0 {
 		p := l.permit(at, exp)
 		p.free = l.inflight.Add(1) == 1
+		if above {
+			p.above = true
+			l.heldIn.Add(1)
+		}
 		return p, nil
 	}
 	if l.cfg.QueueSize == 0 || l.waiting() == 0 {
@@ -923,6 +932,7 @@ type Permit struct {
 	free     bool // admitted with nothing else in flight: it waited behind no one (see freeMean)
 	trial    bool // let in against the overload rule or the suspect phase (see trialDue)
 	held     bool // admitted by a suspect phase whose cap grew on the work's evidence (see Held)
+	above    bool // held above, admitted beyond a suspect phase's cap (counted in heldIn)
 }
 
 // Trial reports whether the request was let in as a trial against the
@@ -962,6 +972,9 @@ func (p Permit) Release(o Outcome) {
 	// a request whose caller left while it waited, adds no work to
 	// compare). Abandoned: a completion that served nothing.
 	l.inflight.Add(-1)
+	if p.above {
+		l.heldIn.Add(-1)
+	}
 	if p.trial && o == Ignored {
 		// A trial that showed nothing (a stream's start, which holds no
 		// slot, or a request whose caller left before it ran) gives its

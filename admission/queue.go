@@ -55,7 +55,10 @@ func (l *Limiter) Wait(ctx context.Context, c Class, deadline time.Time) (Permit
 // rather than queued). A suspect server admits it at once, beyond its
 // own cap, while fewer than 8 times the cap are in flight, and holds it
 // as Wait does beyond that; the overload rule, Config.MaxInFlight and
-// the queue apply as in Wait, and the request counts as any other.
+// the queue apply as in Wait, and the request counts as any other, but
+// for the cap: those admitted beyond it leave it to the server's own
+// requests (Wait), which wait only while as many of their own are in
+// flight as the cap.
 //
 // Held again at every tier, a request waits once per tier, and each
 // tier's cap grows only on what the tier above lets through. A server

@@ -822,7 +822,7 @@ func (l *Limiter) dispatchSuspect() {
 			i = 0
 		}
 		w := l.sq.waiters[i]
-		if !w.gone && !l.takeUnder(l.suspectLimit(ClassFirst)) {
+		if !w.gone && !l.takeUnheld(l.suspectLimit(ClassFirst)) {
 			return
 		}
 		if i == 0 {
@@ -875,13 +875,34 @@ func (l *Limiter) takeUnder(limit int64) bool {
 	return false
 }
 
+// takeUnheld is takeUnder for the suspect phase's cap, which bounds
+// what the server admits of its own: the requests held above that it
+// admitted beyond the cap (WaitHeld, heldIn) do not count against it.
+// Counted, they filled the cap of a tier below a gateway that held its
+// slow requests (busy's mix over TCP: 47 of them in flight at payment,
+// its cap 6), and the requests that the gateway's calm end let in,
+// unmarked, waited until the cap had grown past them, which it did not
+// before the phase ran out: an overload that refused 837.
+func (l *Limiter) takeUnheld(limit int64) bool {
+	if limit <= 0 {
+		l.inflight.Add(1)
+		return true
+	}
+	for cur := l.inflight.Load(); cur-l.heldIn.Load() < limit; cur = l.inflight.Load() {
+		if l.inflight.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
+	return false
+}
+
 // suspectEnter admits a request of class c, with deadline (zero: none),
 // that arrived at at while the server is suspect, at once under the cap
 // (p), or returns the waiter it is to wait as (w; see await); neither
 // when the server is no longer suspect.
 func (l *Limiter) suspectEnter(c Class, deadline time.Time, at int64) (Permit, *suspectWaiter, error) {
 	limit := l.suspectLimit(c)
-	if l.takeUnder(limit) {
+	if l.takeUnheld(limit) {
 		p := l.permit(at, 0)
 		p.held = l.grew.Load() != nil
 		return p, nil, nil
@@ -903,7 +924,7 @@ func (l *Limiter) suspectEnter(c Class, deadline time.Time, at int64) (Permit, *
 	l.sq.mu.Unlock()
 	// A completion between the cap check and the push dispatched no one:
 	// look again.
-	if l.inflight.Load() < limit {
+	if l.inflight.Load()-l.heldIn.Load() < limit {
 		l.dispatchSuspect()
 	}
 	return Permit{}, w, nil
