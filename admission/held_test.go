@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/stormguard/stormguard/internal/clock"
 )
 
 // A suspect server holds in Wait what exceeds its cap; WaitHeld, for a
@@ -17,26 +19,7 @@ import (
 func TestWaitHeldIsNotHeldAgain(t *testing.T) {
 	l, clk := newLimiter(t, Config{Window: time.Second})
 	ctx := context.Background()
-	// Arrivals exceed completions (Acquire, which holds no one, lets
-	// them all in) until the server is suspect.
-	var in []Permit
-	for i := 0; !l.Suspect(); i++ {
-		if i == 100 || l.Overloaded() {
-			t.Fatalf("not suspect after %d s of 40 arrivals and 10 completions a second: %+v", i, l.Stats())
-		}
-		for range 40 {
-			p, err := l.Acquire(ClassFirst, time.Time{})
-			if err != nil {
-				t.Fatalf("Acquire: %v", err)
-			}
-			in = append(in, p)
-		}
-		clk.Advance(time.Second)
-		for _, p := range in[:10] {
-			p.Release(Measured)
-		}
-		in = in[10:]
-	}
+	in := makeSuspect(t, l, clk)
 	// Room under the cap (no window ends: the clock stands still).
 	for int64(l.InFlight()) >= l.suspectCap.Load() {
 		in[0].Release(Measured)
@@ -224,24 +207,7 @@ func TestHeldOnlyWhereTheWorkBecameSlower(t *testing.T) {
 // ran out into an overload first, and refused 837 of a healthy load.
 func TestHeldAboveLeaveTheCapToOwnRequests(t *testing.T) {
 	l, clk := newLimiter(t, Config{Window: time.Second})
-	var own []Permit
-	for i := 0; !l.Suspect(); i++ {
-		if i == 100 || l.Overloaded() {
-			t.Fatalf("not suspect after %d s of 40 arrivals and 10 completions a second: %+v", i, l.Stats())
-		}
-		for range 40 {
-			p, err := l.Acquire(ClassFirst, time.Time{})
-			if err != nil {
-				t.Fatalf("Acquire: %v", err)
-			}
-			own = append(own, p)
-		}
-		clk.Advance(time.Second)
-		for _, p := range own[:10] {
-			p.Release(Measured)
-		}
-		own = own[10:]
-	}
+	own := makeSuspect(t, l, clk)
 	// Room for two of its own under the cap (the clock stands still: no
 	// window ends).
 	limit := l.suspectCap.Load()
@@ -292,4 +258,30 @@ func TestHeldAboveLeaveTheCapToOwnRequests(t *testing.T) {
 	for _, p := range append(own, held...) {
 		p.Release(Measured)
 	}
+}
+
+// makeSuspect makes l suspect: arrivals exceed completions (Acquire,
+// which holds no one, lets them all in), 40 and 10 a second of clk. It
+// returns the requests still in flight.
+func makeSuspect(t *testing.T, l *Limiter, clk *clock.Fake) []Permit {
+	t.Helper()
+	var in []Permit
+	for i := 0; !l.Suspect(); i++ {
+		if i == 100 || l.Overloaded() {
+			t.Fatalf("not suspect after %d s of 40 arrivals and 10 completions a second: %+v", i, l.Stats())
+		}
+		for range 40 {
+			p, err := l.Acquire(ClassFirst, time.Time{})
+			if err != nil {
+				t.Fatalf("Acquire: %v", err)
+			}
+			in = append(in, p)
+		}
+		clk.Advance(time.Second)
+		for _, p := range in[:10] {
+			p.Release(Measured)
+		}
+		in = in[10:]
+	}
+	return in
 }
