@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -197,66 +198,131 @@ func TestHeldOnlyWhereTheWorkBecameSlower(t *testing.T) {
 	}
 }
 
-// The requests held above that a suspect server admitted beyond its cap
-// (WaitHeld) leave the cap to its own requests (Wait): those wait only
-// while as many of its own are in flight as the cap. Counted against
-// it, the held requests filled the cap of payment below a gateway that
-// held the slow mix (busy's mix over TCP: 47 of them in flight, the cap
-// 6), and the gateway's requests that its calm end let in, unmarked,
-// waited until the cap had grown past the held ones: payment's phase
-// ran out into an overload first, and refused 837 of a healthy load.
+// The requests held above that a suspect server admitted (WaitHeld)
+// leave its cap to its own requests (Wait): those wait only while as
+// many of its own are in flight as the cap. Counted against it, the
+// held requests filled the cap of payment below a gateway that held the
+// slow mix (busy's mix over TCP: 47 of them in flight, the cap 6), and
+// the gateway's requests that its calm end let in, unmarked, waited
+// until the cap had grown past the held ones: payment's phase ran out
+// into an overload first, and refused 837 of a healthy load. The same
+// with Config.MaxInFlight set (which still caps everything in flight),
+// and in a phase that begins again with held requests in flight (its
+// cap is what its own need; a review found it counting the held ones
+// in the cap, and then not against it).
 func TestHeldAboveLeaveTheCapToOwnRequests(t *testing.T) {
-	l, clk := newLimiter(t, Config{Window: time.Second})
-	own := makeSuspect(t, l, clk)
-	// Room for two of its own under the cap (the clock stands still: no
-	// window ends).
-	limit := l.suspectCap.Load()
-	for int64(len(own)) > limit-2 {
-		own[0].Release(Measured)
-		own = own[1:]
+	for _, maxInFlight := range []int{0, 100000} {
+		t.Run(fmt.Sprintf("MaxInFlight %d", maxInFlight), func(t *testing.T) {
+			l, clk := newLimiter(t, Config{Window: time.Second, MaxInFlight: maxInFlight})
+			own := makeSuspect(t, l, clk)
+			// Room for two of its own under the cap (the clock stands
+			// still: no window ends).
+			limit := l.suspectCap.Load()
+			for int64(len(own)) > limit-2 {
+				own[0].Release(Measured)
+				own = own[1:]
+			}
+			for int64(len(own)) < limit-2 {
+				p, err := l.Acquire(ClassFirst, time.Time{}) // Acquire holds no one
+				if err != nil {
+					t.Fatalf("Acquire: %v", err)
+				}
+				own = append(own, p)
+			}
+			// As many held above as the cap, beyond it.
+			var held []Permit
+			for range limit {
+				p, err := l.WaitHeld(context.Background(), ClassFirst, time.Time{})
+				if err != nil {
+					t.Fatalf("WaitHeld: %v", err)
+				}
+				held = append(held, p)
+			}
+			gone, cancel := context.WithCancel(context.Background())
+			cancel() // a request that would wait returns at once with Canceled
+			wait := func(want bool, when string) {
+				t.Helper()
+				p, err := l.Wait(gone, ClassFirst, time.Time{})
+				if got := err == nil; got != want {
+					t.Fatalf("%s (%d in flight, %d of them its own, cap %d): Wait admitted %v (err %v), want %v", when, l.InFlight(), len(own), l.suspectCap.Load(), got, err, want)
+				}
+				if err == nil {
+					own = append(own, p)
+				}
+			}
+			wait(true, "two below the cap of its own")
+			wait(true, "one below the cap of its own")
+			wait(false, "its own at the cap")
+			held[0].Release(Measured)
+			held = held[1:]
+			wait(false, "its own at the cap, a held one gone")
+			own[0].Release(Measured)
+			own = own[1:]
+			wait(true, "one of its own gone")
+			// A phase that begins again (a closed loop found) takes what
+			// its own need, not the held ones in flight too.
+			l.mu.Lock()
+			l.suspectAgain()
+			l.mu.Unlock()
+			if c := l.suspectCap.Load(); c >= int64(len(own)+len(held)) {
+				t.Errorf("a new phase's cap %d with %d of its own and %d held in flight: the held ones counted", c, len(own), len(held))
+			}
+			if !l.Suspect() {
+				t.Fatal("no longer suspect: the test tests nothing")
+			}
+			for i, p := range append(own, held...) {
+				p.Release([]Outcome{Measured, Ignored, Failed, Abandoned}[i%4])
+			}
+			if l.InFlight() != 0 || l.heldIn.Load() != 0 {
+				t.Errorf("all released: %d in flight, %d of them held, want none", l.InFlight(), l.heldIn.Load())
+			}
+		})
 	}
-	for int64(len(own)) < limit-2 {
-		p, err := l.Acquire(ClassFirst, time.Time{}) // Acquire holds no one
-		if err != nil {
-			t.Fatalf("Acquire: %v", err)
-		}
-		own = append(own, p)
-	}
-	// As many held above as the cap, beyond it.
-	var held []Permit
-	for range limit {
-		p, err := l.WaitHeld(context.Background(), ClassFirst, time.Time{})
-		if err != nil {
-			t.Fatalf("WaitHeld: %v", err)
-		}
-		held = append(held, p)
-	}
-	gone, cancel := context.WithCancel(context.Background())
-	cancel() // a request that would wait returns at once with Canceled
-	wait := func(want bool, when string) {
-		t.Helper()
-		p, err := l.Wait(gone, ClassFirst, time.Time{})
-		if got := err == nil; got != want {
-			t.Fatalf("%s (%d in flight, %d of them its own, cap %d): Wait admitted %v (err %v), want %v", when, l.InFlight(), len(own), limit, got, err, want)
-		}
-		if err == nil {
-			own = append(own, p)
-		}
-	}
-	wait(true, "two below the cap of its own")
-	wait(true, "one below the cap of its own")
-	wait(false, "its own at the cap")
-	held[0].Release(Measured)
-	held = held[1:]
-	wait(false, "its own at the cap, a held one gone")
-	own[0].Release(Measured)
-	own = own[1:]
-	wait(true, "one of its own gone")
-	if !l.Suspect() {
-		t.Fatal("no longer suspect: the test tests nothing")
-	}
-	for _, p := range append(own, held...) {
-		p.Release(Measured)
+}
+
+// Nor in pools whose service times spread (exponential), which only
+// queue: one worker completes slowly for a few windows by chance, and
+// a cold start's base (its first, fastest answers) is too short. At
+// half of one slot's rate over the last windows alone, slowerWork
+// fired in 3, 1 and 3 of these 32 seeds and marked 115, 62 and 140
+// requests Held (a review's sweep: p99 up to twice as long in a seed
+// at 8x); over the whole phase too, in none.
+func TestNoHeldMarkInSpreadPools(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		workers int
+		mean    time.Duration
+		factor  float64
+		warm    bool
+	}{
+		{"1 worker of 10 ms at 8x", 1, 10 * time.Millisecond, 8, true},
+		{"1 worker of 10 ms at 2x", 1, 10 * time.Millisecond, 2, true},
+		{"4 workers of 50 ms, cold, at 1.5x", 4, 50 * time.Millisecond, 1.5, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for seed := uint64(1); seed <= 32; seed++ {
+				s := newSim(t, Config{}, c.workers, c.mean, seed)
+				s.service = exponential(c.mean)
+				s.late, s.leave = true, true
+				capacity := float64(c.workers) / c.mean.Seconds()
+				if c.warm {
+					s.open(0.5*capacity, 0, time.Second, time.Second)
+				} else {
+					s.open(1, 0, 2*time.Millisecond, time.Second)
+				}
+				s.open(c.factor*capacity, time.Second, 4*time.Second, time.Second)
+				held := 0
+				s.onAdmit = func(p Permit, _ bool) {
+					if p.Held() {
+						held++
+					}
+				}
+				s.run(5 * time.Second)
+				if held > 0 {
+					t.Errorf("seed %d: %d requests marked Held in a pool that only queues", seed, held)
+				}
+			}
+		})
 	}
 }
 

@@ -411,8 +411,9 @@ type Limiter struct {
 	// that Acquire changes one counter: a request released Ignored is
 	// then neither an arrival nor a completion.
 	inflight atomic.Int64
-	// heldIn: the requests held above (WaitHeld) that a suspect phase
-	// admitted beyond its cap, still in flight (see takeUnheld).
+	// heldIn: the requests held above (WaitHeld) that the server
+	// admitted while suspect, not held, still in flight (see
+	// takeUnheld).
 	heldIn    atomic.Int64
 	latSum    atomic.Int64 // nanoseconds of Measured latencies, since New
 	latN      atomic.Int64 // Measured completions, since New
@@ -718,6 +719,10 @@ func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, d
 	if l.cfg.QueueSize == 0 || l.waiting() == 0 {
 		if p, ok := l.take(c, at); ok {
 			p.expected = exp
+			if above {
+				p.above = true
+				l.heldIn.Add(1)
+			}
 			return p, nil
 		}
 		if l.cfg.QueueSize == 0 {
@@ -932,7 +937,7 @@ type Permit struct {
 	free     bool // admitted with nothing else in flight: it waited behind no one (see freeMean)
 	trial    bool // let in against the overload rule or the suspect phase (see trialDue)
 	held     bool // admitted by a suspect phase whose cap grew on the work's evidence (see Held)
-	above    bool // held above, admitted beyond a suspect phase's cap (counted in heldIn)
+	above    bool // held above, admitted while the server was suspect (counted in heldIn)
 }
 
 // Trial reports whether the request was let in as a trial against the
@@ -971,10 +976,12 @@ func (p Permit) Release(o Outcome) {
 	// Ignored: neither an arrival nor a completion (a stream's start, or
 	// a request whose caller left while it waited, adds no work to
 	// compare). Abandoned: a completion that served nothing.
-	l.inflight.Add(-1)
 	if p.above {
+		// Before inflight: between the two, takeUnheld would count one
+		// more of the server's own in flight, never one fewer.
 		l.heldIn.Add(-1)
 	}
+	l.inflight.Add(-1)
 	if p.trial && o == Ignored {
 		// A trial that showed nothing (a stream's start, which holds no
 		// slot, or a request whose caller left before it ran) gives its

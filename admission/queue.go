@@ -56,9 +56,10 @@ func (l *Limiter) Wait(ctx context.Context, c Class, deadline time.Time) (Permit
 // own cap, while fewer than 8 times the cap are in flight, and holds it
 // as Wait does beyond that; the overload rule, Config.MaxInFlight and
 // the queue apply as in Wait, and the request counts as any other, but
-// for the cap: those admitted beyond it leave it to the server's own
-// requests (Wait), which wait only while as many of their own are in
-// flight as the cap.
+// for the cap: those admitted while the server is suspect leave it to
+// the server's own requests (Wait), which wait only while as many of
+// their own are in flight as the cap (not those that waited in the
+// queue of Config.QueueSize: they count as its own).
 //
 // Held again at every tier, a request waits once per tier, and each
 // tier's cap grows only on what the tier above lets through. A server
