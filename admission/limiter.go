@@ -710,20 +710,12 @@ func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, d
 	if l.capAll == 0 {
 		p := l.permit(at, exp)
 		p.free = l.inflight.Add(1) == 1
-		if above {
-			p.above = true
-			l.heldIn.Add(1)
-		}
-		return p, nil
+		return l.countAbove(p, above), nil
 	}
 	if l.cfg.QueueSize == 0 || l.waiting() == 0 {
 		if p, ok := l.take(c, at); ok {
 			p.expected = exp
-			if above {
-				p.above = true
-				l.heldIn.Add(1)
-			}
-			return p, nil
+			return l.countAbove(p, above), nil
 		}
 		if l.cfg.QueueSize == 0 {
 			l.rejected[reasonLimit].Add(1)
@@ -731,6 +723,16 @@ func (l *Limiter) acquire(ctx context.Context, queue, heldAbove bool, c Class, d
 		}
 	}
 	return l.enqueue(ctx, queue, c, deadline, at, l.wall(at))
+}
+
+// countAbove marks p, if above, as a request held above that the server
+// admitted while suspect, counted in heldIn until its Release.
+func (l *Limiter) countAbove(p Permit, above bool) Permit {
+	if above {
+		p.above = true
+		l.heldIn.Add(1)
+	}
+	return p
 }
 
 // gate applies the overload rule and the suspect phase to a request of

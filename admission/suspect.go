@@ -490,8 +490,10 @@ func (l *Limiter) roomFor(win window) int64 {
 // base of 7 ms (a gateway over TCP, whose fast requests cross two more
 // tiers) is one per 28 ms: the evidence came and went with the mix's
 // draw, the cap grew too late in about one run of seven of busy's mix,
-// and the gateway's phase ran out into an overload that refused 66 %
-// of a healthy load (5 of 37 runs; none of 40 at half). The simulator's
+// and the gateway's phase ran out into an overload that served 32-54 %
+// of a healthy load (5 of 37 runs; none of 40 at half, over the last
+// windows alone; 3 of about 120 with the phase's time as well, below,
+// and the rest of this change). The simulator's
 // mix with fast requests of 5.5-8.5 ms: 5 seeds of 100 refusing at 192
 // slow requests a second, 1 at half (TestSlowerMixNeverRefused). The
 // fast request is what keeps a pool that queues out (it serves none
@@ -502,7 +504,8 @@ func (l *Limiter) roomFor(win window) int64 {
 // chance, often enough to read as slower at half (3 of 32 seeds at 8
 // times its capacity marked Permit.Held, p99 up to twice as long, in a
 // review's sweep; as many where a cold start's base is too short), and
-// not over its phase (none of those). The review grid at half is the
+// not over its phase (none of those at 8 times, nor of a cold pool of 4
+// workers; 1 seed of 3 of a cold pool of one). The review grid at half is the
 // same but for a few of its open loops (0.5 % of their refusals after
 // the overload, one p99 worse by half) and its mix (the same 452
 // refused, median p99 669 -> 653 ms).
