@@ -497,6 +497,7 @@ type Limiter struct {
 	suspectAll int64               // windows since the server became suspect
 	suspectMax int64               // suspectFor windows it may stay suspect before it is overloaded
 	suspectIn  int64               // in flight when it became suspect
+	grewAt     [2]int64            // the suspectAll of the phase's last two windows in which the cap grew, the latest first (-1: none)
 	held       [calmSpan + 1]int64 // what the server held at the end of the last windows, oldest first (recordHeld)
 	floor      int64               // a base that checkModel found, the least base for floorFor more windows outside an overload (roll counts)
 	floorFor   int64

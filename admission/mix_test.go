@@ -169,3 +169,46 @@ func TestSlowMixOverAQueueGrowsNoFurther(t *testing.T) {
 		t.Errorf("median p99 %v, want at most 700 ms (the cap grew on into the database's queue)", med)
 	}
 }
+
+// The slow mix (TestSlowerMixNeverRefused) whose fast requests stop for
+// the first gap of the slow ones (a cache flushed by the same deploy):
+// the evidence that the work became slower rather than queued needs a
+// fast request among the slow ones, so the cap can only begin to grow
+// late in the phase. A phase that ran out at its suspectMax-th window
+// without growth while its cap was still doubling became an overload
+// that refused a healthy load's waiters: 22 of these 64 runs refused
+// (8 and 14 at gaps of 500 and 700 ms). A phase whose cap grew twice
+// within its last stillGrowing windows goes on: 11 (4 and 7). The rest
+// saw no fast request within the phase at all (a cap of 5 full of slow
+// requests lets one in every 40 ms, a fifth of them fast), or its
+// overload ended before its verdict and refused the waiters all the
+// same.
+func TestLateEvidenceStillGrowing(t *testing.T) {
+	const seeds, mostRefusing = 32, 12
+	refusing := 0
+	for _, gap := range []time.Duration{500 * time.Millisecond, 700 * time.Millisecond} {
+		for seed := uint64(1); seed <= seeds; seed++ {
+			s := newSim(t, Config{}, 1<<20, 0, seed)
+			slowShare, fastOn := 0.0, true
+			s.service = func(r *rand.Rand) time.Duration {
+				if !fastOn || r.Float64() < slowShare {
+					return 100*time.Millisecond + time.Duration(r.Float64()*float64(200*time.Millisecond))
+				}
+				return 5500*time.Microsecond + time.Duration(r.Float64()*float64(3*time.Millisecond))
+			}
+			s.open(50, 0, 8*time.Second, 2*time.Second)
+			s.open(192, 2*time.Second, 6*time.Second, 2*time.Second)
+			s.at(2*time.Second, func() { slowShare, fastOn = 192.0/242, false })
+			s.at(2*time.Second+gap, func() { fastOn = true })
+			s.at(6*time.Second, func() { slowShare = 0 })
+			s.run(10 * time.Second)
+			if refused, served, _ := s.in(0, 8*time.Second); refused > 0 {
+				refusing++
+				t.Logf("gap %v, seed %d: %d of %d refused", gap, seed, refused, refused+served)
+			}
+		}
+	}
+	if refusing > mostRefusing {
+		t.Errorf("%d of %d runs refused requests of a healthy mix, want at most %d", refusing, 2*seeds, mostRefusing)
+	}
+}
